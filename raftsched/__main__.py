@@ -1,0 +1,9 @@
+"""``python -m raftsched`` is the ``raftsched`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from raftsched.cli import main
+
+sys.exit(main())

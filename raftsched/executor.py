@@ -1,0 +1,225 @@
+"""Executing one run: an argv process in its own process group, or a Python callable.
+
+The process gets the contract environment (``RAFTSCHED_JOB_ID``, ``RAFTSCHED_RUN_ID``,
+``RAFTSCHED_SCHEDULED_AT``, ``RAFTSCHED_FENCE``, ``RAFTSCHED_ATTEMPT``,
+``RAFTSCHED_NODE_ID``) on top of the node's environment minus the cluster secret,
+plus the job's ``env``. No shell is involved unless the argv names one. A timeout
+sends SIGTERM to the whole group, then SIGKILL after a grace. Only a bounded tail of
+stdout/stderr is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import importlib
+import inspect
+import os
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from raftsched.model import JobSpec
+
+#: Python callables run on this many threads per node at most (sync functions).
+_CALL_THREADS = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """What a run knows about itself; a Python callable receives it as its argument.
+
+    :var job_id: the job.
+    :var run_id: ``<job_id>@<scheduled_ms>``.
+    :var scheduled_ms: the fire time (epoch ms).
+    :var fence: the fencing token; give it to downstream systems to reject stale writers.
+    :var attempt: 1 for the first attempt.
+    :var node_id: the node executing it.
+    """
+
+    job_id: str
+    run_id: str
+    scheduled_ms: int
+    fence: int
+    attempt: int
+    node_id: str
+
+    @property
+    def scheduled_at(self) -> str:
+        """The fire time in RFC 3339, UTC."""
+        t = dt.datetime.fromtimestamp(self.scheduled_ms / 1000, tz=dt.UTC)
+        return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def environ(self) -> dict[str, str]:
+        return {
+            "RAFTSCHED_JOB_ID": self.job_id,
+            "RAFTSCHED_RUN_ID": self.run_id,
+            "RAFTSCHED_SCHEDULED_AT": self.scheduled_at,
+            "RAFTSCHED_FENCE": str(self.fence),
+            "RAFTSCHED_ATTEMPT": str(self.attempt),
+            "RAFTSCHED_NODE_ID": self.node_id,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionResult:
+    """How a run ended on this node.
+
+    :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``shed`` or ``cancelled``.
+    :var exit_code: the process exit code (negative: killed by that signal), if any.
+    :var tail: the last bytes of stdout+stderr, decoded leniently.
+    :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
+    """
+
+    outcome: str
+    exit_code: int | None
+    tail: str
+    reason: str
+
+
+class Execution:
+    """One execution; :meth:`run` once, :meth:`stop` from anywhere on the loop."""
+
+    def __init__(self, *, spec: JobSpec, ctx: RunContext, base_env: dict[str, str],
+                 tail_bytes: int, allowed: tuple[str, ...], kill_grace_s: float) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.base_env = base_env
+        self.tail_bytes = tail_bytes
+        self.allowed = allowed
+        self.kill_grace_s = kill_grace_s
+        self.proc: asyncio.subprocess.Process | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.stopped = False
+
+    async def run(self) -> ExecutionResult:
+        try:
+            if self.spec.command is not None:
+                return await self._run_argv()
+            return await self._run_call()
+        except Exception as exc:  # noqa: BLE001 - a job's failure must not hurt the node
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason=f"{type(exc).__name__}: {exc}"[:200])
+
+    def stop(self, grace_s: float) -> None:
+        """Terminate (SIGTERM the group, SIGKILL after ``grace_s``)."""
+        self.stopped = True
+        if self.proc is not None and self.proc.returncode is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            asyncio.get_running_loop().call_later(grace_s, _signal_group, self.proc.pid,
+                                                  signal.SIGKILL)
+        elif self.task is not None:
+            self.task.cancel()
+
+    async def _run_argv(self) -> ExecutionResult:
+        env = dict(self.base_env)
+        env.update(self.spec.env)
+        env.update(self.ctx.environ())
+        assert self.spec.command is not None
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True)
+        except OSError as exc:
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason=f"cannot execute: {exc.strerror or exc}"[:200])
+        tail = bytearray()
+        reader = asyncio.ensure_future(self._read(tail))
+        timed_out = False
+        try:
+            await asyncio.wait_for(self.proc.wait(), self.spec.timeout_ms / 1000)
+        except TimeoutError:
+            timed_out = True
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), self.kill_grace_s)
+            except TimeoutError:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                await self.proc.wait()
+        if timed_out:
+            # Children that kept the pipe open must not hold the run.
+            _signal_group(self.proc.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(reader, 1.0)
+        except (TimeoutError, asyncio.CancelledError):
+            reader.cancel()
+        code = self.proc.returncode
+        text = bytes(tail).decode("utf-8", "replace")
+        if timed_out:
+            return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
+                                   reason=f"timeout {self.spec.timeout_ms // 1000}s")
+        if self.stopped:
+            return ExecutionResult(outcome="failed", exit_code=code, tail=text,
+                                   reason="stopped by the node")
+        if code == 0:
+            return ExecutionResult(outcome="succeeded", exit_code=0, tail=text, reason="exit 0")
+        return ExecutionResult(outcome="failed", exit_code=code, tail=text,
+                               reason=f"exit {code}" if code is not None and code >= 0
+                               else f"killed by signal {-(code or 0)}")
+
+    async def _read(self, tail: bytearray) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            chunk = await self.proc.stdout.read(65536)
+            if not chunk:
+                return
+            tail.extend(chunk)
+            if len(tail) > self.tail_bytes:
+                del tail[: len(tail) - self.tail_bytes]
+
+    async def _run_call(self) -> ExecutionResult:
+        func = resolve_callable(self.spec.call or "", self.allowed)
+        timeout = self.spec.timeout_ms / 1000
+        if inspect.iscoroutinefunction(func):
+            self.task = asyncio.ensure_future(func(self.ctx))
+        else:
+            loop = asyncio.get_running_loop()
+            self.task = asyncio.ensure_future(loop.run_in_executor(_pool(), func, self.ctx))
+        try:
+            value = await asyncio.wait_for(asyncio.shield(self.task), timeout)
+        except TimeoutError:
+            # A thread cannot be killed: the run is recorded timed out and abandoned.
+            self.task.cancel()
+            return ExecutionResult(outcome="timed_out", exit_code=None, tail="",
+                                   reason=f"timeout {self.spec.timeout_ms // 1000}s")
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason="stopped by the node")
+        except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
+            return ExecutionResult(outcome="failed", exit_code=None,
+                                   tail=f"{type(exc).__name__}: {exc}"[-self.tail_bytes:],
+                                   reason=f"raised {type(exc).__name__}")
+        text = "" if value is None else str(value)[-self.tail_bytes:]
+        return ExecutionResult(outcome="succeeded", exit_code=None, tail=text,
+                               reason="returned")
+
+
+def resolve_callable(call: str, allowed: tuple[str, ...]) -> Any:
+    """Import ``package.module:function``, only under an allowed module prefix."""
+    module_name, _, attr = call.partition(":")
+    if not any(module_name == p or module_name.startswith(p + ".") for p in allowed):
+        raise PermissionError(f"module {module_name!r} is not under an allowed prefix")
+    func = getattr(importlib.import_module(module_name), attr)
+    if not callable(func):
+        raise TypeError(f"{call} is not callable")
+    return func
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+_POOL: Any = None
+
+
+def _pool() -> Any:
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _POOL = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefix="rs-call")
+    return _POOL

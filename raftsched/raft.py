@@ -1,0 +1,227 @@
+"""The Raft adapter: the only module that imports pysyncobj.
+
+One ``SyncObjConsumer`` with a single ``@replicated apply(blob)``: the log carries our
+own versioned msgpack bytes, never pickled raftsched objects. Snapshots are our
+msgpack state; pysyncobj's outer envelope is still pickle, but the state is encoded
+lazily through ``__reduce__`` so that the work happens in pysyncobj's forked dump
+child, not in the Raft thread (a 1M-job state takes seconds to encode).
+
+Tuning follows the measurements in ``shared/research/pysyncobj-notes.md``: no
+append batching (1 ms commits instead of 100 ms), short election timeouts, a short
+leader fallback, both journal and dump files in the node's data dir, an explicit
+bind address and the cluster secret as pysyncobj's ``password``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from raftsched.codec import decode_command, decode_state, encode_command, encode_state
+from raftsched.errors import NotReady, Overloaded
+from raftsched.state import ClusterState
+
+log = logging.getLogger("raftsched.raft")
+
+#: Failures after which the command may still commit (pysyncobj notes §1.5).
+_MAYBE_COMMITTED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
+                    FAIL_REASON.UNKNOWN_OUTCOME, FAIL_REASON.NOT_LEADER}
+_FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
+
+
+class _Snapshot:
+    """Pickled by pysyncobj in its dump child; reduces to plain msgpack bytes."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (bytes, (encode_state(self.state),))
+
+
+class _Consumer(SyncObjConsumer):
+    def __init__(self, owner: RaftNode) -> None:
+        super().__init__()
+        self.owner = owner
+
+    @replicated
+    def apply(self, blob: bytes) -> Any:
+        return self.owner._apply(blob)
+
+    def _serialize(self) -> Any:
+        return _Snapshot(self.owner.state)
+
+    def _deserialize(self, data: Any) -> None:
+        self.owner._restore(data)
+
+
+class RaftNode:
+    """A node's replica of the cluster state and its door to the log.
+
+    :param self_addr: this node's Raft ``host:port`` (also the bind address).
+    :param peers: the other members' Raft addresses.
+    :param data_dir: where the journal and dump files live.
+    :param secret: the cluster secret (pysyncobj password), or None on loopback.
+    :param timing: the config's ``Timing`` record.
+    :param on_effects: called in the Raft thread with each apply's effects; keep it short.
+    :param history_limit: runs kept per job.
+    :param max_pending: commands in flight from this node before ``Overloaded``.
+    """
+
+    def __init__(self, *, self_addr: str, peers: list[str], data_dir: str, secret: str | None,
+                 timing: Any, on_effects: Callable[[list[tuple[Any, ...]]], None],
+                 history_limit: int = 100, max_pending: int = 10000,
+                 on_state_changed: Callable[[int, int], None] | None = None) -> None:
+        os.makedirs(data_dir, exist_ok=True)
+        self.lock = threading.Lock()
+        self.state = ClusterState(history_limit=history_limit)
+        self.on_effects = on_effects
+        self.max_pending = max_pending
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self.apply_seconds = 0.0
+        self.apply_count = 0
+        self.restored = 0
+        self.self_addr = self_addr
+        self.peers = list(peers)
+        conf = SyncObjConf(
+            bindAddress=self_addr,
+            password=secret,
+            journalFile=os.path.join(data_dir, "raft.journal"),
+            fullDumpFile=os.path.join(data_dir, "raft.dump"),
+            appendEntriesUseBatch=False,
+            appendEntriesPeriod=timing.append_period_ms / 1000,
+            raftMinTimeout=timing.election_timeout_min_ms / 1000,
+            raftMaxTimeout=timing.election_timeout_max_ms / 1000,
+            connectionTimeout=timing.connection_timeout_ms / 1000,
+            leaderFallbackTimeout=timing.leader_fallback_ms / 1000,
+            connectionRetryTime=0.5,
+            logCompactionMinEntries=50_000,
+            logCompactionMinTime=600,
+            commandsWaitLeader=True,
+            maxBindRetries=30,
+            bindRetryTime=0.2,
+            onStateChanged=on_state_changed,
+            # A lone node has no peer replies to wake its poller, so an entry would wait
+            # a whole tick (50 ms) to commit; tick faster instead.
+            autoTickPeriod=0.002 if not peers else 0.05,
+        )
+        self._consumer = _Consumer(self)
+        self.sync = SyncObj(self_addr, self.peers, conf=conf, consumers=[self._consumer])
+        self.self_node = self.sync.selfNode
+        self.peer_nodes = {str(n.address if hasattr(n, "address") else n): n
+                           for n in self.sync.otherNodes}
+
+    # ---------------------------------------------------------------- apply side
+
+    def _apply(self, blob: bytes) -> Any:
+        t0 = time.perf_counter()
+        cmd = decode_command(blob)
+        with self.lock:
+            if cmd is None:
+                self.state.applied += 1
+                reply: Any = {"ok": False, "error": {"code": "protocol_error",
+                                                     "message": "undecodable command"}}
+            else:
+                reply = self.state.apply(cmd)
+            effects = self.state.take_effects()
+        self.apply_seconds += time.perf_counter() - t0
+        self.apply_count += 1
+        if effects:
+            try:
+                self.on_effects(effects)
+            except Exception:  # noqa: BLE001 - a listener bug must not wedge the Raft thread
+                log.exception("effect listener failed")
+        return reply
+
+    def _restore(self, data: Any) -> None:
+        try:
+            state = decode_state(bytes(data))
+        except Exception:  # noqa: BLE001 - keep the node up; it will catch up from peers
+            log.exception("could not restore the state snapshot")
+            return
+        with self.lock:
+            self.state = state
+            self.restored += 1
+        try:
+            self.on_effects([("restored",)])
+        except Exception:  # noqa: BLE001
+            log.exception("effect listener failed")
+
+    # ---------------------------------------------------------------- submit side
+
+    def submit(self, cmd: dict[str, Any]) -> Future[Any]:
+        """Propose a command; the future resolves with the apply reply on this node, or
+        fails with :class:`NotReady` (``maybe_committed`` tells if it may still land)."""
+        fut: Future[Any] = Future()
+        with self._pending_lock:
+            if self._pending >= self.max_pending:
+                raise Overloaded("max_pending_commands",
+                                 f"{self._pending} commands already in flight on this node")
+            self._pending += 1
+        blob = encode_command(cmd)
+
+        def done(result: Any, error: int) -> None:
+            with self._pending_lock:
+                self._pending -= 1
+            if fut.done():
+                return
+            if error == FAIL_REASON.SUCCESS:
+                fut.set_result(result)
+            else:
+                name = _FAIL_NAMES.get(error, str(error))
+                fut.set_exception(NotReady(f"command not committed: {name}",
+                                           maybe_committed=error in _MAYBE_COMMITTED))
+
+        try:
+            self._consumer.apply(blob, callback=done)
+        except Exception as exc:  # noqa: BLE001 - e.g. the queue is full
+            done(None, FAIL_REASON.QUEUE_FULL)
+            log.debug("submit failed: %s", exc)
+        return fut
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    # ---------------------------------------------------------------- views
+
+    def is_leader(self) -> bool:
+        return bool(self.sync._isLeader())
+
+    def leader_addr(self) -> str | None:
+        leader = self.sync._getLeader()
+        return None if leader is None else str(getattr(leader, "address", leader))
+
+    def term(self) -> int:
+        return int(self.sync.raftCurrentTerm)
+
+    def connected_peers(self) -> dict[str, bool]:
+        """Raft address -> is the TCP connection to it up (a SIGKILL shows in ~5 ms)."""
+        return {addr: bool(self.sync.isNodeConnected(node))
+                for addr, node in self.peer_nodes.items()}
+
+    def has_quorum(self) -> bool:
+        return bool(self.sync.hasQuorum)
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return dict(self.sync.getStatus())
+        except Exception:  # noqa: BLE001 - status is best effort
+            return {}
+
+    def tick_alive(self) -> bool:
+        return bool(self.sync.tick_thread_alive())
+
+    def destroy(self) -> None:
+        try:
+            self.sync.destroy()
+        except Exception:  # noqa: BLE001
+            log.debug("destroy failed", exc_info=True)

@@ -1,0 +1,331 @@
+"""The node-local worker pool: runs the runs the leader assigned to this node.
+
+For each run assigned here it waits for the scheduled instant (plus jitter), commits
+``start`` with the run's fence — batched with every other run starting now — and
+executes only the starts the cluster accepted. Outcomes are committed back in
+batched ``finish`` commands. A run waiting for a slot past its grace is reported
+``shed``; a run the cluster cancels is killed; when this node cannot reach a quorum
+for half the node timeout it stops its own runs, so a run released by the leader
+after the full timeout is never executing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raftsched import events
+from raftsched.errors import NotReady
+from raftsched.executor import Execution, ExecutionResult, RunContext
+from raftsched.trigger import jitter_ms
+
+if TYPE_CHECKING:
+    from raftsched.raft import RaftNode
+
+log = logging.getLogger("raftsched.worker")
+
+#: How long one start/finish commit may take before it is retried.
+COMMIT_TIMEOUT_S = 5.0
+
+
+@dataclass(slots=True, kw_only=True)
+class _Local:
+    run_id: str
+    fence: int
+    job_id: str
+    scheduled_ms: int
+    attempt: int
+    start_at_ms: int
+    grace_ms: int
+    phase: str = "waiting"  # waiting -> starting -> running -> finishing
+    execution: Execution | None = None
+    task: asyncio.Task[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatistics:
+    """A snapshot of the pool.
+
+    :var slots: worker slots.
+    :var busy: runs executing.
+    :var waiting: runs assigned here and waiting (for their instant or a slot).
+    :var started: runs started since boot.
+    :var rejected_starts: starts the cluster refused (stale fence).
+    :var shed: runs this node shed for lack of a slot.
+    :var self_fenced: times this node stopped its runs after losing the quorum.
+    """
+
+    slots: int
+    busy: int
+    waiting: int
+    started: int
+    rejected_starts: int
+    shed: int
+    self_fenced: int
+
+
+@dataclass(slots=True)
+class _Counters:
+    started: int = 0
+    rejected: int = 0
+    shed: int = 0
+    self_fenced: int = 0
+    lags: list[float] = field(default_factory=list)
+
+
+class WorkerPool:
+    """See the module docstring. All methods run on the node's event loop."""
+
+    def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
+                 allowed_call_prefixes: tuple[str, ...], kill_grace_s: float = 2.0,
+                 base_env: dict[str, str], on_started: Any = None, fault: str = "") -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.slots = slots
+        self.tail_bytes = output_tail_bytes
+        self.allowed = allowed_call_prefixes
+        self.kill_grace_s = kill_grace_s
+        self.base_env = base_env
+        self.on_started = on_started
+        self.fault = fault
+        self.local: dict[str, _Local] = {}
+        self.finish_q: list[list[Any]] = []
+        self.counters = _Counters()
+        self._wake = asyncio.Event()
+        self._finish_wake = asyncio.Event()
+        self._stopping = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------ signals from the node
+
+    def notify(self) -> None:
+        """Something assigned to or cancelled on this node changed (event loop thread)."""
+        self._wake.set()
+
+    def cancel(self, run_id: str) -> None:
+        """The cluster ended a run of ours (replaced, job removed): stop it, report nothing."""
+        loc = self.local.pop(run_id, None)
+        if loc is None:
+            return
+        if loc.execution is not None:
+            loc.execution.stop(self.kill_grace_s)
+        events.emit("run.cancelled", node=self.node_id, run_id=run_id, outcome="cancelled",
+                    fence=loc.fence)
+
+    def self_fence(self, reason: str) -> None:
+        """Stop every running run: this node may have been declared lost."""
+        running = [loc for loc in self.local.values() if loc.execution is not None]
+        if not running:
+            return
+        self.counters.self_fenced += 1
+        for loc in running:
+            loc.execution.stop(self.kill_grace_s)  # type: ignore[union-attr]
+        log.warning("stopped %d runs: %s", len(running), reason)
+        events.emit("node.self_fenced", node=self.node_id, level=logging.WARNING,
+                    runs=len(running), reason=reason)
+
+    def statistics(self) -> WorkerStatistics:
+        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
+        return WorkerStatistics(slots=self.slots, busy=busy, waiting=len(self.local) - busy,
+                                started=self.counters.started,
+                                rejected_starts=self.counters.rejected, shed=self.counters.shed,
+                                self_fenced=self.counters.self_fenced)
+
+    # ------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        flusher = asyncio.create_task(self._flush_finishes())
+        try:
+            while not self._stopping:
+                delay = self._step()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+        finally:
+            flusher.cancel()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        for loc in list(self.local.values()):
+            if loc.execution is not None:
+                loc.execution.stop(self.kill_grace_s)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.kill_grace_s + 1)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _step(self) -> float:
+        """Sync local runs with the state, start what is due; return seconds to sleep."""
+        now = time.time_ns() // 1_000_000
+        with self.raft.lock:
+            st = self.raft.state
+            mine = []
+            for run in st.active_on(self.node_id):
+                if run.state != "assigned":
+                    continue
+                known = self.local.get(run.run_id)
+                if known is not None and known.fence == run.fence:
+                    continue
+                rec = st.jobs.get(run.job_id)
+                if rec is None:
+                    continue
+                spec = rec.spec
+                mine.append(_Local(
+                    run_id=run.run_id, fence=run.fence, job_id=run.job_id,
+                    scheduled_ms=run.scheduled_ms, attempt=run.attempt,
+                    start_at_ms=max(run.scheduled_ms + jitter_ms(
+                        spec.id, run.scheduled_ms, spec.jitter_ms), run.not_before_ms),
+                    grace_ms=spec.misfire.grace_ms))
+            # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
+            for run_id, loc in list(self.local.items()):
+                if loc.phase == "waiting":
+                    cur = st.runs.get(run_id)
+                    if cur is None or cur.node != self.node_id or cur.fence != loc.fence \
+                            or cur.state != "assigned":
+                        del self.local[run_id]
+        for loc in mine:
+            self.local[loc.run_id] = loc
+            if self.fault == "exit_after_claim":
+                # Test-only fault injection (RAFTSCHED_FAULT): die holding the claim.
+                os._exit(137)
+        busy = sum(1 for loc in self.local.values() if loc.phase != "waiting")
+        free = self.slots - busy
+        ready: list[_Local] = []
+        shed: list[_Local] = []
+        next_at: float = 0.5
+        for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
+                          key=lambda x: x.start_at_ms):
+            if loc.start_at_ms > now:
+                next_at = min(next_at, (loc.start_at_ms - now) / 1000)
+                continue
+            if free > 0:
+                ready.append(loc)
+                free -= 1
+            elif now - loc.scheduled_ms > loc.grace_ms:
+                shed.append(loc)
+        for loc in shed:
+            loc.phase = "finishing"
+            self.counters.shed += 1
+            self._finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
+                                              reason="overload"))
+        if ready:
+            for loc in ready:
+                loc.phase = "starting"
+            self._spawn(self._start_batch(ready))
+        return max(next_at, 0.0)
+
+    # ------------------------------------------------------------ start / finish
+
+    async def _commit(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Submit until committed; retries keep the same items (start/finish are
+        idempotent through fences)."""
+        delay = 0.02
+        while True:
+            cmd["at"] = time.time_ns() // 1_000_000
+            try:
+                fut = self.raft.submit(cmd)
+                return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
+            except (NotReady, TimeoutError) as exc:
+                if self._stopping:
+                    raise
+                log.debug("%s not committed (%s); retrying", cmd["op"], exc)
+            except Exception as exc:  # noqa: BLE001 - e.g. Overloaded: back off and retry
+                log.debug("%s failed (%s); retrying", cmd["op"], exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    async def _start_batch(self, batch: list[_Local]) -> None:
+        items = [[loc.run_id, loc.fence] for loc in batch]
+        try:
+            reply = await self._commit({"op": "start", "node": self.node_id, "items": items})
+        except Exception:  # noqa: BLE001 - stopping
+            return
+        results = reply.get("results", []) if reply.get("ok") else []
+        for loc, res in zip(batch, results, strict=False):
+            accepted = bool(res and res[0])
+            if not accepted:
+                accepted = self._started_by_us(loc)
+            if not accepted or self.local.get(loc.run_id) is not loc:
+                self.local.pop(loc.run_id, None)
+                self.counters.rejected += 1
+                events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
+                            level=logging.WARNING, fence=loc.fence,
+                            current_fence=res[1] if res else None)
+                continue
+            self._launch(loc)
+        self._wake.set()
+
+    def _started_by_us(self, loc: _Local) -> bool:
+        """A retried start whose first try did commit is refused the second time."""
+        with self.raft.lock:
+            run = self.raft.state.runs.get(loc.run_id)
+            return (run is not None and run.state == "started" and run.node == self.node_id
+                    and run.fence == loc.fence)
+
+    def _launch(self, loc: _Local) -> None:
+        with self.raft.lock:
+            rec = self.raft.state.jobs.get(loc.job_id)
+            spec = rec.spec if rec is not None else None
+        if spec is None:
+            self.local.pop(loc.run_id, None)
+            return
+        now = time.time_ns() // 1_000_000
+        lag_ms = now - loc.scheduled_ms
+        self.counters.started += 1
+        if self.on_started is not None:
+            self.on_started(lag_ms / 1000)
+        loc.phase = "running"
+        ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
+                         fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
+        loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
+                                  tail_bytes=self.tail_bytes, allowed=self.allowed,
+                                  kill_grace_s=self.kill_grace_s)
+        events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
+                    attempt=loc.attempt, lag_ms=lag_ms)
+        self._spawn(self._execute(loc))
+
+    async def _execute(self, loc: _Local) -> None:
+        assert loc.execution is not None
+        result = await loc.execution.run()
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster meanwhile: its finish would be refused
+        loc.phase = "finishing"
+        self._finish(loc, result)
+
+    def _finish(self, loc: _Local, result: ExecutionResult) -> None:
+        self.finish_q.append([loc.run_id, loc.fence, result.outcome, result.exit_code,
+                              result.tail, result.reason])
+        events.emit("run.finished", node=self.node_id, run_id=loc.run_id,
+                    outcome=result.outcome, fence=loc.fence, attempt=loc.attempt,
+                    exit_code=result.exit_code, reason=result.reason)
+        self._finish_wake.set()
+
+    async def _flush_finishes(self) -> None:
+        while True:
+            await self._finish_wake.wait()
+            self._finish_wake.clear()
+            if not self.finish_q:
+                continue
+            batch, self.finish_q = self.finish_q, []
+            try:
+                reply = await self._commit({"op": "finish", "node": self.node_id,
+                                            "items": batch})
+            except Exception:  # noqa: BLE001 - stopping
+                return
+            for item, res in zip(batch, reply.get("results", []), strict=False):
+                self.local.pop(item[0], None)
+                if not (res and res[0]):
+                    events.emit("run.finish_rejected", node=self.node_id, run_id=item[0],
+                                level=logging.WARNING, fence=item[1],
+                                current_fence=res[1] if res else None)
+            self._wake.set()
