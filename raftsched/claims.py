@@ -22,6 +22,9 @@ _PENDING = RunState.pending.value
 _QUEUED = RunState.queued.value
 _ASSIGNED = RunState.assigned.value
 _STARTED = RunState.started.value
+#: Only the newest runs of a job keep their output tail in the replicated state;
+#: older history keeps its outcome but drops the text (bounded memory and snapshots).
+TAILS_KEPT = 5
 #: Outcomes a worker may report in ``finish``.
 _FINISH_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "shed", "cancelled"})
 #: Outcomes a leader may record for a fire time that did not run.
@@ -90,9 +93,15 @@ def end_run(st: ClusterState, run: RunRecord, at: int, state: RunState, reason: 
     if keep_history:
         hist = st.history.get(run.job_id)
         if hist is not None:
-            hist.append(run)
+            _push(hist, run)
         rec.last = (run.run_id, run.state, reason, at)
     _release_queued(st, rec, at)
+
+
+def _push(hist: Any, run: RunRecord) -> None:
+    hist.append(run)
+    if len(hist) > TAILS_KEPT and hist[-TAILS_KEPT - 1].tail:
+        hist[-TAILS_KEPT - 1].tail = ""
 
 
 def _release_queued(st: ClusterState, rec: JobRecord, at: int) -> None:
@@ -183,7 +192,8 @@ def apply_plan(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, Any]
             _, _, first, last, count, outcome, reason = item
             if (rec is None or not _is_int(first) or not _is_int(last) or not _is_int(count)
                     or first > last or first <= rec.hwm_ms or count < 1
-                    or outcome not in _MISS_OUTCOMES or not isinstance(reason, str)):
+                    or not isinstance(outcome, str) or outcome not in _MISS_OUTCOMES
+                    or not isinstance(reason, str)):
                 rejected.append(["miss", job_id, first])
                 continue
             record_miss(st, rec, first, last, count, RunState(outcome), reason[:64], at)
@@ -200,11 +210,15 @@ def apply_plan(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, Any]
                           state=RunState.queued if queued else RunState.pending)
             if node is not None and not queued and _node_ok(st, node):
                 assign(st, run, node, at)
+            elif queued:
+                # The run it queues behind may have ended since the plan was made.
+                _release_queued(st, rec, at)
         else:
             rejected.append(["fire", job_id])
     for run_id, outcome, reason in drop:
         run = st.runs.get(run_id) if isinstance(run_id, str) else None
-        if run is None or outcome not in _DROP_OUTCOMES or not isinstance(reason, str):
+        if run is None or not isinstance(outcome, str) or outcome not in _DROP_OUTCOMES \
+                or not isinstance(reason, str):
             rejected.append(["drop", run_id])
             continue
         end_run(st, run, at, RunState(outcome), reason[:64])
@@ -265,7 +279,7 @@ def apply_finish(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, An
             run.state == _STARTED or (run.state == _ASSIGNED and outcome in ("shed",
                                                                              "cancelled")))
         if (not ok_state or run.node != node or run.fence != fence
-                or outcome not in _FINISH_OUTCOMES
+                or not isinstance(outcome, str) or outcome not in _FINISH_OUTCOMES
                 or not (exit_code is None or _is_int(exit_code))
                 or not isinstance(tail, str) or not isinstance(reason, str)):
             current = run.fence if run is not None else None
@@ -277,7 +291,7 @@ def apply_finish(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, An
         rec = st.jobs.get(run.job_id)
         retries = rec.spec.retries if rec is not None else None
         if (outcome in ("failed", "timed_out") and retries is not None
-                and run.attempt <= retries.max):
+                and run.attempt <= retries.max and not rec.spec.paused):
             _retry(st, run, at, RunState(outcome), reason[:200],
                    at + retries.delay_ms(run.attempt))
         else:
@@ -296,7 +310,7 @@ def _retry(st: ClusterState, run: RunRecord, at: int, outcome: RunState, reason:
     attempt.note(at, "retrying")
     hist = st.history.get(run.job_id)
     if hist is not None:
-        hist.append(attempt)
+        _push(hist, attempt)
     st.totals[outcome.value] = st.totals.get(outcome.value, 0) + 1
     _unlink(st, run)
     st.effects.append(("ended", run.run_id, outcome.value, run.node, reason + " (retrying)"))
@@ -346,7 +360,8 @@ def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str) 
             released.append(run.run_id)
         elif run.state == _STARTED and scope in ("started", "all"):
             rec = st.jobs.get(run.job_id)
-            if rec is not None and rec.spec.on_node_lost.value == "retry":
+            if (rec is not None and rec.spec.on_node_lost.value == "retry"
+                    and not rec.spec.paused):
                 _retry(st, run, at, RunState.lost, f"node {node} {reason}", at)
             else:
                 end_run(st, run, at, RunState.lost, f"node {node} {reason}")

@@ -26,7 +26,7 @@ from raftsched.errors import Conflict, InvalidArgument, InvalidSpec, LimitExceed
 from raftsched.errors import UnknownJob
 from raftsched.model import ACTIVE_STATES, JobSpec, MissReason, Overlap, RunState, run_id_of
 from raftsched.records import JobRecord, NodeRecord, RunRecord
-from raftsched.trigger import next_fire
+from raftsched.trigger import latest_fire_at_or_before, next_fire
 
 #: Replies to client commands are kept this long (by count) so a retried request id
 #: gets the original answer instead of being applied twice.
@@ -51,7 +51,7 @@ class ClusterState:
         self.fence = 0
         self.applied = 0
         self.leader: dict[str, Any] = {"node": None, "term": 0, "since_ms": 0, "changes": 0,
-                                       "last_ms": 0}
+                                       "last_ms": 0, "prev_ms": 0}
         self.totals: dict[str, int] = {}
         self.dedupe: OrderedDict[str, dict[str, Any]] = OrderedDict()
         # Derived indexes (rebuilt on restore, never snapshotted).
@@ -163,7 +163,8 @@ class ClusterState:
             if not catch_up:
                 first = next_fire(rec.spec.schedule, rec.hwm_ms)
                 if first is not None and first <= at and count > 0:
-                    claims.record_miss(self, rec, first, at, count, RunState.missed,
+                    last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at)
+                    claims.record_miss(self, rec, first, last or first, count, RunState.missed,
                                        MissReason.paused.value, at)
                 rec.hwm_ms = max(rec.hwm_ms, at)
             self._set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
@@ -178,7 +179,12 @@ class ClusterState:
         if rec.spec.paused and not force:
             raise Conflict(rec.spec.id, "job is paused (use --force to run it anyway)")
         sched = at
-        while run_id_of(rec.spec.id, sched) in self.runs:
+        # A manual run id must be new, and must not take the id of a future fire time
+        # (the plan creating that fire would overwrite it).
+        used = {r.run_id for r in self.history.get(rec.spec.id, ())}
+        while (run_id_of(rec.spec.id, sched) in self.runs
+               or run_id_of(rec.spec.id, sched) in used
+               or (sched > rec.hwm_ms and next_fire(rec.spec.schedule, sched - 1) == sched)):
             sched += 1
         run_id = run_id_of(rec.spec.id, sched)
         running = [self.runs[r] for r in rec.active]
@@ -256,8 +262,11 @@ class ClusterState:
         if lead["node"] != node_id or lead["term"] != term:
             lead["changes"] += 1
             lead["since_ms"] = at
+            # The last time the previous leadership did anything: fire times after it
+            # fell due with no leader (the miss detector's reason).
+            lead["prev_ms"] = lead["last_ms"]
             self.effects.append(("leader_changed", node_id, term))
-        lead["node"], lead["term"], lead["last_ms"] = node_id, term, at
+        lead["node"], lead["term"] = node_id, term
         for nid, value in skew.items():
             rec = self.nodes.get(nid)
             if rec is not None and isinstance(value, int) and not isinstance(value, bool):
