@@ -256,6 +256,22 @@ class Node:
                                          args.get("rid"))
         return {"job": reply["job"], "version": reply["version"], "created": reply["created"]}
 
+    async def _op_put_jobs(self, args: dict[str, Any]) -> Any:
+        """Bulk import of up to 5000 specs in one command (each validated here first)."""
+        specs = args.get("specs")
+        if not isinstance(specs, list) or not 0 < len(specs) <= 5000:
+            raise InvalidArgument("specs", "must be a list of 1..5000 specs")
+        size = len(packb(specs))
+        limit = self.cfg.limits.max_spec_bytes * len(specs)
+        if size > limit:
+            raise LimitExceeded("max_spec_bytes", f"specs are {size} bytes, limit {limit}")
+        normalized = [JobSpec.from_spec(s, allowed_call_prefixes=self.cfg.allowed_call_prefixes)
+                      .to_spec() for s in specs]
+        reply = await self.submit_client({"op": "put_jobs", "specs": normalized,
+                                          "max_jobs": self.cfg.limits.max_jobs},
+                                         args.get("rid"))
+        return {"results": reply["results"]}
+
     async def _op_get_job(self, args: dict[str, Any]) -> Any:
         with self.raft.lock:
             return self.raft.state.job_view(self._job_id(args))

@@ -124,6 +124,20 @@ class ClusterState:
         self.effects.append(("job_put", spec.id, rec.version, created))
         return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
 
+    def _put_jobs(self, cmd: dict[str, Any], at: int) -> dict[str, Any]:
+        """Bulk import: each spec is put on its own (one bad spec refuses only itself)."""
+        specs = cmd.get("specs")
+        if not isinstance(specs, list) or not 0 < len(specs) <= 5000:
+            raise InvalidArgument("specs", "must be a list of 1..5000 specs")
+        results: list[dict[str, Any]] = []
+        for spec in specs:
+            try:
+                reply = self._put_job(dict(cmd, spec=spec), at)
+                results.append({"ok": True, "job": reply["job"], "version": reply["version"]})
+            except RaftschedError as exc:
+                results.append({"ok": False, "error": exc.to_wire()})
+        return {"ok": True, "results": results}
+
     def _delete_job(self, cmd: dict[str, Any], at: int) -> dict[str, Any]:
         rec = self._job(cmd.get("job"))
         for run_id in list(rec.active):
@@ -360,6 +374,7 @@ def _int(cmd: dict[str, Any], key: str) -> int:
 
 _HANDLERS = {
     "put_job": ClusterState._put_job,
+    "put_jobs": ClusterState._put_jobs,
     "delete_job": ClusterState._delete_job,
     "pause": ClusterState._pause,
     "resume": ClusterState._resume,
