@@ -26,7 +26,8 @@ _STARTED = RunState.started.value
 #: older history keeps its outcome but drops the text (bounded memory and snapshots).
 TAILS_KEPT = 5
 #: Outcomes a worker may report in ``finish``.
-_FINISH_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "shed", "cancelled"})
+_FINISH_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "shed", "cancelled",
+                              "lost"})
 #: Outcomes a leader may record for a fire time that did not run.
 _MISS_OUTCOMES = frozenset({"missed", "skipped", "shed"})
 #: Outcomes a leader may impose on an active run.
@@ -290,7 +291,13 @@ def apply_finish(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, An
         run.tail = tail[-MAX_TAIL:]
         rec = st.jobs.get(run.job_id)
         retries = rec.spec.retries if rec is not None else None
-        if (outcome in ("failed", "timed_out") and retries is not None
+        if outcome == "lost":
+            # The node stopped the run itself (lost quorum, shutdown): as if lost.
+            if rec is not None and rec.spec.on_node_lost.value == "retry":
+                _retry(st, run, at, RunState.lost, reason[:200], at)
+            else:
+                end_run(st, run, at, RunState.lost, reason[:200])
+        elif (outcome in ("failed", "timed_out") and retries is not None
                 and run.attempt <= retries.max and not rec.spec.paused):
             _retry(st, run, at, RunState(outcome), reason[:200],
                    at + retries.delay_ms(run.attempt))

@@ -66,7 +66,8 @@ class RunContext:
 class ExecutionResult:
     """How a run ended on this node.
 
-    :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``shed`` or ``cancelled``.
+    :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``lost`` (stopped by its own
+        node: shutdown or lost quorum), ``shed`` or ``cancelled``.
     :var exit_code: the process exit code (negative: killed by that signal), if any.
     :var tail: the last bytes of stdout+stderr, decoded leniently.
     :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
@@ -92,6 +93,7 @@ class Execution:
         self.proc: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task[Any] | None = None
         self.stopped = False
+        self.stop_reason = ""
 
     async def run(self) -> ExecutionResult:
         try:
@@ -102,9 +104,11 @@ class Execution:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=f"{type(exc).__name__}: {exc}"[:200])
 
-    def stop(self, grace_s: float) -> None:
-        """Terminate (SIGTERM the group, SIGKILL after ``grace_s``)."""
+    def stop(self, grace_s: float, reason: str = "stopped by the node") -> None:
+        """Terminate (SIGTERM the group, SIGKILL after ``grace_s``); the run then ends
+        ``lost`` with ``reason`` (the job's ``on_node_lost`` decides what follows)."""
         self.stopped = True
+        self.stop_reason = reason
         if self.proc is not None and self.proc.returncode is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
             asyncio.get_running_loop().call_later(grace_s, _signal_group, self.proc.pid,
@@ -151,8 +155,8 @@ class Execution:
             return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
         if self.stopped:
-            return ExecutionResult(outcome="failed", exit_code=code, tail=text,
-                                   reason="stopped by the node")
+            return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+                                   reason=self.stop_reason)
         if code == 0:
             return ExecutionResult(outcome="succeeded", exit_code=0, tail=text, reason="exit 0")
         return ExecutionResult(outcome="failed", exit_code=code, tail=text,
@@ -187,8 +191,8 @@ class Execution:
         except asyncio.CancelledError:
             if not self.stopped:
                 raise
-            return ExecutionResult(outcome="failed", exit_code=None, tail="",
-                                   reason="stopped by the node")
+            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                   reason=self.stop_reason)
         except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
             return ExecutionResult(outcome="failed", exit_code=None,
                                    tail=f"{type(exc).__name__}: {exc}"[-self.tail_bytes:],

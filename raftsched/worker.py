@@ -123,7 +123,7 @@ class WorkerPool:
             return
         self.counters.self_fenced += 1
         for loc in running:
-            loc.execution.stop(self.kill_grace_s)  # type: ignore[union-attr]
+            loc.execution.stop(self.kill_grace_s, f"self-fenced: {reason}")  # type: ignore[union-attr]
         log.warning("stopped %d runs: %s", len(running), reason)
         events.emit("node.self_fenced", node=self.node_id, level=logging.WARNING,
                     runs=len(running), reason=reason)
@@ -155,7 +155,7 @@ class WorkerPool:
         self._wake.set()
         for loc in list(self.local.values()):
             if loc.execution is not None:
-                loc.execution.stop(self.kill_grace_s)
+                loc.execution.stop(self.kill_grace_s, "node stopping")
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=self.kill_grace_s + 1)
 

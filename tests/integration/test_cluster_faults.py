@@ -8,6 +8,7 @@ Measured figures are printed (run with ``-s`` to see them).
 from __future__ import annotations
 
 import collections
+import os
 import signal
 import time
 
@@ -232,3 +233,40 @@ def test_whole_cluster_sigkill_and_restart_keeps_everything(cluster_factory, tmp
 
 def _rfc3339(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + "Z"
+
+
+@pytest.mark.timeout(120)
+def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_path):
+    c = cluster_factory(3, tags={n: [n] for n in ("n1", "n2", "n3")})
+    c.start_all()
+    leader = c.wait_leader()
+    lonely = next(n for n in c.ids if n != leader)
+    others = [n for n in c.ids if n != lonely]
+    ran = str(tmp_path / "ran.jsonl")
+    pidfile = tmp_path / "job.pid"
+    at = (int(time.time()) + 2) * 1000
+    with c.client() as cl:
+        cl.put_job({"id": "cut", "schedule": {"at": _rfc3339(at)}, "tags": [lonely],
+                    "command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"]})
+        wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 15, "job started")
+    pid = int(pidfile.read_text())
+    # The majority freezes: the lonely node can no longer commit anything.
+    t_cut = time.time()
+    for n in others:
+        c.signal(n, signal.SIGSTOP)
+    try:
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}")
+                   or open(f"/proc/{pid}/stat").read().split()[2] == "Z", 10,
+                   "the cut-off node to stop its own run")
+        stopped_after = time.time() - t_cut
+    finally:
+        for n in others:
+            c.signal(n, signal.SIGCONT)
+    with c.client() as cl:
+        runs = wait_until(lambda: [r for r in cl.runs("cut")["runs"] if r["state"] == "lost"],
+                          30, "the stopped run recorded lost")
+    assert "self-fenced" in runs[0]["reason"] or "lost" in runs[0]["reason"], runs[0]
+    fenced = [e for e in c.events(lonely) if e.get("event") == "node.self_fenced"]
+    assert fenced, "the node logged that it fenced itself"
+    print(f"\ncut-off node stopped its run after {stopped_after:.2f}s "
+          f"(node_timeout 2s, fence after 1s)")
