@@ -100,8 +100,6 @@ class Node:
                 wake_leader = True
             if kind == "assigned" and eff[2] == me:
                 wake_worker = True
-                if self.fault == "exit_after_claim":
-                    self.worker.notify()
             elif kind == "cancel" and eff[2] == me:
                 self.worker.cancel(eff[1])
             elif kind in ("released", "restored", "ended"):
