@@ -8,6 +8,7 @@ nothing (the rejection goes out as an effect, for events and metrics).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from raftsched.errors import Conflict, InvalidArgument
@@ -92,11 +93,18 @@ def end_run(st: ClusterState, run: RunRecord, at: int, state: RunState, reason: 
     if rec is None:
         return
     if keep_history:
-        hist = st.history.get(run.job_id)
-        if hist is not None:
-            _push(hist, run)
+        _push(_history(st, run.job_id), run)
         rec.last = (run.run_id, run.state, reason, at)
     _release_queued(st, rec, at)
+
+
+def _history(st: ClusterState, job_id: str) -> deque[RunRecord]:
+    """The job's history, created on first use: an empty deque costs ~600 bytes, and
+    most of a million far-future jobs never run."""
+    hist = st.history.get(job_id)
+    if hist is None:
+        hist = st.history[job_id] = deque(maxlen=st.history_limit)
+    return hist
 
 
 def _push(hist: Any, run: RunRecord) -> None:
@@ -126,7 +134,7 @@ def record_miss(st: ClusterState, rec: JobRecord, first: int, last: int, count: 
 
     Consecutive misses with the same outcome and reason fold into one range record,
     so a long outage or a long overload costs one history entry, not thousands."""
-    hist = st.history.get(rec.spec.id)
+    hist = _history(st, rec.spec.id)
     st.totals[state.value] = st.totals.get(state.value, 0) + count
     rec.last = (run_id_of(rec.spec.id, first), state.value, reason, at)
     prev = hist[-1] if hist else None
@@ -142,8 +150,7 @@ def record_miss(st: ClusterState, rec: JobRecord, first: int, last: int, count: 
                     scheduled_ms=first, created_ms=at, state=state.value, reason=reason,
                     finished_ms=at, until_ms=last if last != first else None, count=count)
     run.note(at, reason)
-    if hist is not None:
-        hist.append(run)
+    hist.append(run)
     st.effects.append(("missed", run.run_id, state.value, reason, first, last, count))
 
 
@@ -203,7 +210,8 @@ def apply_plan(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, Any]
             _, _, sched, node, queued = item
             if (rec is None or not _is_int(sched) or sched <= rec.hwm_ms or rec.spec.paused
                     or (node is not None and not isinstance(node, str))
-                    or not isinstance(queued, bool) or len(rec.active) >= 64):
+                    or not isinstance(queued, bool) or len(rec.active) >= 64
+                    or run_id_of(job_id, sched) in st.runs):  # e.g. a manual run's id
                 rejected.append(["run", job_id, sched])
                 continue
             rec.hwm_ms = sched
@@ -293,7 +301,8 @@ def apply_finish(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, An
         retries = rec.spec.retries if rec is not None else None
         if outcome == "lost":
             # The node stopped the run itself (lost quorum, shutdown): as if lost.
-            if rec is not None and rec.spec.on_node_lost.value == "retry":
+            if (rec is not None and rec.spec.on_node_lost.value == "retry"
+                    and not rec.spec.paused):
                 _retry(st, run, at, RunState.lost, reason[:200], at)
             else:
                 end_run(st, run, at, RunState.lost, reason[:200])
@@ -315,9 +324,8 @@ def _retry(st: ClusterState, run: RunRecord, at: int, outcome: RunState, reason:
     attempt.reason = reason
     attempt.finished_ms = at
     attempt.note(at, "retrying")
-    hist = st.history.get(run.job_id)
-    if hist is not None:
-        _push(hist, attempt)
+    if run.job_id in st.jobs:
+        _push(_history(st, run.job_id), attempt)
     st.totals[outcome.value] = st.totals.get(outcome.value, 0) + 1
     _unlink(st, run)
     st.effects.append(("ended", run.run_id, outcome.value, run.node, reason + " (retrying)"))

@@ -8,6 +8,8 @@ produce byte-identical snapshots.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import struct
 from collections import OrderedDict, deque
 from typing import Any
@@ -16,6 +18,7 @@ import msgpack
 
 from raftsched.errors import FrameTooLarge, ProtocolError
 from raftsched.model import (
+    NO_ENV,
     JobSpec,
     MisfirePolicy,
     MisfireSpec,
@@ -102,37 +105,64 @@ def spec_to_row(spec: JobSpec) -> list[Any]:
 
 
 class _Interner:
+    """Builds each distinct sub-record once per restore, keyed by its raw row."""
+
     def __init__(self) -> None:
         self.cache: dict[Any, Any] = {}
 
-    def __call__(self, obj: Any) -> Any:
-        return self.cache.setdefault(obj, obj)
+    def get(self, key: Any, build: Any) -> Any:
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = build()
+        return found
+
+
+_OVERLAP = {m.value: m for m in Overlap}
+_LOST = {m.value: m for m in OnNodeLost}
 
 
 def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
     it = intern or _Interner()
     (job_id, sch, command, call, timeout, overlap, mis, ret, lost, tags, jitter, paused,
      env) = row
-    schedule = it(Schedule(kind=ScheduleKind(sch[0]), cron=sch[1], tz=sch[2], every_ms=sch[3],
-                           offset_ms=sch[4], at_ms=sch[5]))
+    schedule = it.get(("s", *sch), lambda: Schedule(
+        kind=ScheduleKind(sch[0]), cron=sch[1], tz=sch[2], every_ms=sch[3], offset_ms=sch[4],
+        at_ms=sch[5]))
+    misfire = it.get(("m", *mis), lambda: MisfireSpec(
+        policy=MisfirePolicy(mis[0]), grace_ms=mis[1], max_catchup=mis[2]))
+    retries = it.get(("r", *ret), lambda: RetrySpec(max=ret[0], backoff_ms=ret[1],
+                                                    backoff_max_ms=ret[2]))
     return JobSpec(
         id=job_id, schedule=schedule,
-        command=it(tuple(command)) if command is not None else None, call=call,
-        timeout_ms=timeout, overlap=Overlap(overlap),
-        misfire=it(MisfireSpec(policy=MisfirePolicy(mis[0]), grace_ms=mis[1],
-                               max_catchup=mis[2])),
-        retries=it(RetrySpec(max=ret[0], backoff_ms=ret[1], backoff_max_ms=ret[2])),
-        on_node_lost=OnNodeLost(lost), tags=it(tuple(tags)), jitter_ms=jitter, paused=paused,
-        env=env if env else _EMPTY_ENV)
-
-
-_EMPTY_ENV: dict[str, str] = {}
+        command=it.get(("c", *command), lambda: tuple(command)) if command is not None
+        else None, call=call, timeout_ms=timeout, overlap=_OVERLAP[overlap],
+        misfire=misfire, retries=retries, on_node_lost=_LOST[lost],
+        tags=it.get(("t", *tags), lambda: tuple(tags)) if tags else (), jitter_ms=jitter,
+        paused=paused, env=env if env else NO_ENV)
 
 
 # ------------------------------------------------------------------ snapshots
 
+@contextlib.contextmanager
+def _gc_paused() -> Any:
+    """Building or walking millions of small objects triggers full collections that
+    find nothing (the state is acyclic) and cost more than the work itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def encode_state(st: ClusterState) -> bytes:
     """The whole state as versioned msgpack (deterministic for a given state)."""
+    with _gc_paused():
+        return _encode_state(st)
+
+
+def _encode_state(st: ClusterState) -> bytes:
     jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
              list(r.active), list(r.last) if r.last else None]
             for _, r in sorted(st.jobs.items())]
@@ -157,6 +187,11 @@ def encode_state(st: ClusterState) -> bytes:
 
 def decode_state(blob: bytes) -> ClusterState:
     """Rebuild a state from :func:`encode_state` bytes; refuses unknown versions."""
+    with _gc_paused():
+        return _decode_state(blob)
+
+
+def _decode_state(blob: bytes) -> ClusterState:
     d = unpackb(blob)
     if not isinstance(d, dict) or d.get("v") != SNAPSHOT_VERSION:
         raise ProtocolError(f"snapshot version {d.get('v') if isinstance(d, dict) else '?'} "
@@ -172,7 +207,6 @@ def decode_state(blob: bytes) -> ClusterState:
         st.jobs[spec.id] = JobRecord(spec, version=version, created_ms=created,
                                      updated_ms=updated, hwm_ms=hwm, next_ms=nxt,
                                      active=active, last=tuple(last) if last else None)
-        st.history[spec.id] = deque(maxlen=st.history_limit)
     for row in d["runs"]:
         run = RunRecord.from_row(row)
         st.runs[run.run_id] = run

@@ -163,6 +163,8 @@ class RetrySpec:
         return min(self.backoff_ms << min(max(attempt - 1, 0), 40), self.backoff_max_ms)
 
 
+#: The shared empty env of jobs that set none (never mutated; saves memory at scale).
+NO_ENV: dict[str, str] = {}
 _DEFAULT_MISFIRE = MisfireSpec()
 _DEFAULT_RETRY = RetrySpec()
 
@@ -198,7 +200,7 @@ class JobSpec:
     tags: tuple[str, ...] = ()
     jitter_ms: int = 0
     paused: bool = False
-    env: dict[str, str] = field(default_factory=dict, hash=False, compare=True)
+    env: dict[str, str] = field(default_factory=lambda: NO_ENV, hash=False, compare=True)
 
     @classmethod
     def from_spec(
@@ -390,8 +392,8 @@ def _tags(value: object) -> tuple[str, ...]:
 
 
 def _env(value: object) -> dict[str, str]:
-    if value is None:
-        return {}
+    if value is None or value == {}:
+        return NO_ENV
     if not isinstance(value, dict) or len(value) > MAX_ENV:
         raise InvalidSpec("env", f"must be a map of at most {MAX_ENV} entries")
     out: dict[str, str] = {}

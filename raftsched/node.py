@@ -8,6 +8,7 @@ into commands; liveness is observed here and committed as ``release``; the pure 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -19,10 +20,18 @@ from raftsched import events
 from raftsched.api import ApiServer
 from raftsched.codec import packb
 from raftsched.config import ClusterConfig, check_bind_safety, resolve_secret, split_addr
-from raftsched.errors import InvalidArgument, LimitExceeded, NotReady, RaftschedError, from_wire
+from raftsched.errors import (
+    Conflict,
+    InvalidArgument,
+    LimitExceeded,
+    NotReady,
+    RaftschedError,
+    from_wire,
+)
 from raftsched.leaderloop import LeaderLoop
 from raftsched.model import JobSpec
 from raftsched.raft import RaftNode
+from raftsched.state import MAX_PUT_BATCH
 from raftsched.status import build_status
 from raftsched.trigger import count_fires
 from raftsched.worker import WorkerPool
@@ -60,6 +69,10 @@ class Node:
         self.last_ack_send = time.monotonic()
         self.fenced = False
         self._stop = asyncio.Event()
+        # The journal and snapshots hold job env values in the clear: owner only.
+        node_dir = cfg.node_data_dir(node_id)
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        os.chmod(node_dir, 0o700)
         self.raft = RaftNode(
             self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
             data_dir=cfg.node_data_dir(node_id), secret=self.secret, timing=cfg.timing,
@@ -229,6 +242,11 @@ class Node:
             delay = min(delay * 2, 0.5)
         if not reply.get("ok"):
             raise from_wire(reply.get("error"))
+        if reply.get("duplicate") and not _same_request(cmd, reply):
+            # The state machine answers a repeated rid with the first reply; a rid reused
+            # for another op or job must not be misreported as this one's result.
+            raise Conflict("rid", "this request id was already used by a different "
+                                  "request; use a new rid for a new request")
         return reply
 
     def _job_id(self, args: dict[str, Any]) -> str:
@@ -255,14 +273,16 @@ class Node:
         return {"job": reply["job"], "version": reply["version"], "created": reply["created"]}
 
     async def _op_put_jobs(self, args: dict[str, Any]) -> Any:
-        """Bulk import of up to 5000 specs in one command (each validated here first)."""
+        """Bulk import of up to MAX_PUT_BATCH specs in one command (validated here first)."""
         specs = args.get("specs")
-        if not isinstance(specs, list) or not 0 < len(specs) <= 5000:
-            raise InvalidArgument("specs", "must be a list of 1..5000 specs")
-        size = len(packb(specs))
-        limit = self.cfg.limits.max_spec_bytes * len(specs)
-        if size > limit:
-            raise LimitExceeded("max_spec_bytes", f"specs are {size} bytes, limit {limit}")
+        if not isinstance(specs, list) or not 0 < len(specs) <= MAX_PUT_BATCH:
+            raise InvalidArgument("specs", f"must be a list of 1..{MAX_PUT_BATCH} specs")
+        # Per spec, as put_job does: a batch total would let one oversized spec through.
+        limit = self.cfg.limits.max_spec_bytes
+        for i, spec in enumerate(specs):
+            if (size := len(packb(spec))) > limit:
+                raise LimitExceeded("max_spec_bytes",
+                                    f"specs[{i}] is {size} bytes, limit {limit}")
         normalized = [JobSpec.from_spec(s, allowed_call_prefixes=self.cfg.allowed_call_prefixes)
                       .to_spec() for s in specs]
         reply = await self.submit_client({"op": "put_jobs", "specs": normalized,
@@ -331,6 +351,23 @@ class Node:
         return build_status(self)
 
 
+#: The keys of a client command's reply, by op (a duplicate must have them too).
+_REPLY_KEYS = {"put_job": ("job", "version", "created"), "put_jobs": ("results",),
+               "delete_job": ("job",), "pause": ("job", "version"),
+               "resume": ("job", "version"), "trigger": ("run_id", "state")}
+
+
+def _same_request(cmd: dict[str, Any], reply: dict[str, Any]) -> bool:
+    """Could ``reply`` (a deduplicated one) be the answer to ``cmd``?"""
+    if set(reply) - {"ok", "duplicate"} != set(_REPLY_KEYS.get(cmd["op"], ())):
+        return False
+    if cmd["op"] == "put_job":
+        return reply["job"] == cmd["spec"]["id"]
+    if cmd["op"] == "trigger":
+        return isinstance(reply["run_id"], str) and reply["run_id"].startswith(cmd["job"] + "@")
+    return "job" not in cmd or reply.get("job") == cmd["job"]
+
+
 def run_node(config_path: str | None, node_id: str | None, data_dir: str | None = None) -> int:
     """``raftsched node``: run one node until SIGINT/SIGTERM; returns the exit code."""
     from raftsched.config import embedded_default, load_config
@@ -351,6 +388,8 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
                 from dataclasses import replace
                 cfg = replace(cfg, data_dir=data_dir)
         events.configure(cfg.log.level, cfg.log.format)
+        # The state is millions of small, long-lived, acyclic objects: collect rarely.
+        gc.set_threshold(100_000, 50, 100)
         metrics = Metrics(node_id)
         node = Node(cfg, node_id, metrics=metrics)
     except (RaftschedError, OSError) as exc:

@@ -14,6 +14,7 @@ bind address and the cluster secret as pysyncobj's ``password``.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -150,6 +151,8 @@ class RaftNode:
         with self.lock:
             self.state = state
             self.restored += 1
+        # The restored state lives as long as the process: keep the collector off it.
+        gc.freeze()
         try:
             self.on_effects([("restored",)])
         except Exception:  # noqa: BLE001
