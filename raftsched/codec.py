@@ -69,7 +69,8 @@ def decode_command(blob: Any) -> dict[str, Any] | None:
         cmd = unpackb(bytes(blob))
     except ProtocolError:
         return None
-    if not isinstance(cmd, dict) or cmd.get("v") != COMMAND_VERSION:
+    if not isinstance(cmd, dict) or type(cmd.get("v")) is not int \
+            or cmd["v"] != COMMAND_VERSION:
         return None
     return cmd
 
@@ -193,7 +194,7 @@ def decode_state(blob: bytes) -> ClusterState:
 
 def _decode_state(blob: bytes) -> ClusterState:
     d = unpackb(blob)
-    if not isinstance(d, dict) or d.get("v") != SNAPSHOT_VERSION:
+    if not isinstance(d, dict) or type(d.get("v")) is not int or d["v"] != SNAPSHOT_VERSION:
         raise ProtocolError(f"snapshot version {d.get('v') if isinstance(d, dict) else '?'} "
                             f"is not {SNAPSHOT_VERSION}")
     st = ClusterState(history_limit=d["history_limit"])

@@ -163,6 +163,9 @@ def plan(st: ClusterState, ctx: LeaderContext) -> dict[str, Any] | None:
             items.append(["run", spec.id, fire, target.node_id if target else None, queued])
             # Overlap is judged against the runs active before this plan: several fire
             # times in one plan only happen in a catch-up, which the policy asked for.
+            # But overlap = queue buffers ONE fire: the later ones see it and are skipped.
+            if queued:
+                active.append((f"{spec.id}@{fire}", "queued"))
             hwm = fire
         fires.extend(_merge_misses(items))
         if hwm != rec.hwm_ms or not blocked:

@@ -106,11 +106,15 @@ def classify(*, schedule: Schedule, hwm_ms: int, now_ms: int, lookahead_ms: int,
                                         reason=MissReason.catchup_limit.value, exact=exact))
             run.extend(keep)
     if policy is MisfirePolicy.once:
-        overdue = [f for f in on_time if f <= now_ms]
-        if len(overdue) > 1:
-            missed.append(MissRange(first_ms=overdue[0], last_ms=overdue[-2],
-                                    count=len(overdue) - 1, reason=MissReason.coalesced.value))
-            on_time = overdue[-1:] + [f for f in on_time if f > now_ms]
+        # The newest overdue fire may lie beyond the MAX_DUE_PER_JOB oldest in on_time.
+        newest = latest_fire_at_or_before(schedule, on_time_from, now_ms)
+        if newest is not None and on_time and on_time[0] < newest:
+            n, n_exact = count_fires(schedule, on_time_from, newest, COUNT_CAP)
+            missed.append(MissRange(first_ms=on_time[0],
+                                    last_ms=_last_before(schedule, on_time_from, newest),
+                                    count=n - 1, reason=MissReason.coalesced.value,
+                                    exact=n_exact))
+            on_time = [newest, *fire_times(schedule, newest, horizon, MAX_DUE_PER_JOB)]
     run.extend(on_time)
     last = max([*run, *(m.last_ms for m in missed)])
     return Classified(run=tuple(run), missed=tuple(missed), hwm_ms=last)

@@ -36,6 +36,9 @@ DEFAULT_HISTORY_LIMIT = 100
 #: Specs per put_jobs command: applying one costs ~45 us per spec on every node, and an
 #: apply must stay far below the election timeout (300 ms).
 MAX_PUT_BATCH = 1000
+#: Times beyond year 9999 are refused: derived times (next fire, backoff) must stay
+#: far inside msgpack's 64-bit integers, or snapshots could not be written.
+MAX_AT_MS = 253_402_300_800_000
 #: A job never has more active runs than this (``overlap = allow`` with slow runs).
 MAX_ACTIVE_PER_JOB = 64
 
@@ -78,8 +81,8 @@ class ClusterState:
             if handler is None:
                 raise InvalidArgument("op", f"unknown operation {op!r:.40}")
             at = cmd.get("at")
-            if isinstance(at, bool) or not isinstance(at, int) or at < 0:
-                raise InvalidArgument("at", "must be epoch milliseconds")
+            if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < MAX_AT_MS:
+                raise InvalidArgument("at", "must be epoch milliseconds before year 10000")
             rid = cmd.get("rid")
             if rid is not None:
                 if not isinstance(rid, str) or len(rid) > 64:
@@ -119,6 +122,10 @@ class ClusterState:
             if spec.schedule != rec.spec.schedule:
                 # A new schedule never fires its own past: start accounting from now.
                 rec.hwm_ms = max(rec.hwm_ms, at)
+            if spec.paused != rec.spec.paused:
+                # Pausing and resuming have their own accounting (cancelled runs, the
+                # missed range): an update keeps the current state; use pause/resume.
+                spec = _replace_paused(spec, rec.spec.paused)
             rec.spec = spec
             rec.version += 1
             rec.updated_ms = at

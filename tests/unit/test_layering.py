@@ -1,0 +1,141 @@
+"""The pure core never reads a clock, does I/O, spawns threads or reaches into the
+node/network layers: every replica must compute the same answers from the log."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+PKG = Path(__file__).resolve().parents[2] / "raftsched"
+
+CORE = ("model", "trigger", "misses", "state", "claims", "records", "codec", "leader",
+        "durations", "errors")
+
+#: Never imported by any core module.
+BANNED_MODULES = {"time", "threading", "socket", "asyncio", "os", "random", "uuid",
+                  "pysyncobj", "subprocess", "multiprocessing", "selectors", "signal",
+                  "secrets", "logging", "concurrent", "io", "pathlib", "shutil", "tempfile",
+                  "urllib", "http", "ssl"}
+#: raftsched modules of the node, network and process layers.
+BANNED_RAFTSCHED = {"raft", "node", "worker", "api", "client", "cli", "executor", "leaderloop",
+                    "metrics", "status", "local", "embedded", "events", "config"}
+#: Modules only some core modules may import.
+RESTRICTED = {
+    "zoneinfo": {"trigger"},
+    "croniter": {"trigger"},
+    "hashlib": {"trigger"},
+    "calendar": {"trigger"},
+    "datetime": {"trigger", "durations"},
+    "struct": {"codec"},
+    "msgpack": {"codec"},
+}
+#: Calls that read a clock or entropy, whatever they are imported as.
+CLOCK_ATTRS = {"now", "utcnow", "today", "time", "time_ns", "monotonic", "monotonic_ns",
+               "perf_counter", "perf_counter_ns", "process_time", "getrandbits", "urandom",
+               "uuid1", "uuid4"}
+CLOCK_TEXT = re.compile(r"datetime\.now|datetime\.utcnow|date\.today|time\.time|"
+                        r"time\.monotonic|time\.perf_counter|\.now\(|(?<![\w.])time\(")
+
+
+def _source(name: str) -> str:
+    return (PKG / f"{name}.py").read_text(encoding="utf-8")
+
+
+def _code_text(name: str) -> str:
+    """The source without docstrings and comments (prose may mention clocks)."""
+    tree = ast.parse(_source(name))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+def _imports(name: str) -> list[str]:
+    """Every module an import statement in the file names (also inside functions and
+    TYPE_CHECKING blocks), absolute, dotted."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(_source(name))):
+        if isinstance(node, ast.Import):
+            out.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = "raftsched" if node.level == 1 else ""
+                mod = f"{base}.{node.module}" if node.module else base
+                out.extend([mod] + [f"{mod}.{a.name}" for a in node.names])
+            else:
+                mod = node.module or ""
+                out.append(mod)
+                if mod == "raftsched":
+                    out.extend(f"raftsched.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "__import__":
+            out.append("__import__")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr == "import_module":
+            out.append("importlib.import_module")
+    return out
+
+
+def test_core_modules_exist() -> None:
+    for name in CORE:
+        assert (PKG / f"{name}.py").is_file(), name
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_no_banned_imports(name: str) -> None:
+    for mod in _imports(name):
+        top = mod.split(".")[0]
+        assert top not in BANNED_MODULES, f"{name} imports {mod}"
+        assert mod not in ("__import__", "importlib.import_module"), f"{name}: dynamic import"
+        if top == "raftsched" and "." in mod:
+            sub = mod.split(".")[1]
+            assert sub not in BANNED_RAFTSCHED, f"{name} imports {mod}"
+            assert sub in CORE, f"{name} imports {mod}, which is not a core module"
+        if top in RESTRICTED:
+            assert name in RESTRICTED[top], f"{name} imports {mod}"
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_no_clock_or_entropy_calls(name: str) -> None:
+    tree = ast.parse(_source(name))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute):
+                assert func.attr not in CLOCK_ATTRS, (
+                    f"{name}:{node.lineno} calls .{func.attr}()")
+            elif isinstance(func, ast.Name):
+                assert func.id not in CLOCK_ATTRS, f"{name}:{node.lineno} calls {func.id}()"
+    found = CLOCK_TEXT.findall(_code_text(name))
+    assert not found, f"{name} mentions {found}"
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_no_builtin_hash_or_io(name: str) -> None:
+    """hash() is salted per process and open()/print() are I/O: replicas would differ."""
+    for node in ast.walk(ast.parse(_source(name))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in {"hash", "open", "print", "input", "id"}, (
+                f"{name}:{node.lineno} calls {node.func.id}()")
+
+
+def test_checker_catches_violations(tmp_path: Path) -> None:
+    """The scanner itself works (a broken checker would pass everything)."""
+    bad = "import time\nfrom datetime import datetime\nx = datetime.now()\ny = time.time()\n"
+    tree = ast.parse(bad)
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert "time" in names
+    calls = [n.func.attr for n in ast.walk(tree)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+    assert set(calls) <= CLOCK_ATTRS and calls
+    assert CLOCK_TEXT.findall(bad) == ["datetime.now", "time.time"]
+    assert CLOCK_TEXT.findall("clock.now()\nt = time()") == [".now(", "time("]
+    assert not CLOCK_TEXT.findall("datetime(2026, 1, 1)\nfire_times(s)\nx.timeout(3)")
