@@ -14,6 +14,7 @@ import os
 import signal
 import time
 import uuid
+import zoneinfo
 from typing import Any
 
 from raftsched import events
@@ -56,6 +57,9 @@ class Node:
     def __init__(self, cfg: ClusterConfig, node_id: str, *, environ: dict[str, str] | None = None,
                  metrics: Any = None) -> None:
         env = dict(os.environ if environ is None else environ)
+        # Every replica must compute the same fire times: use the pinned tzdata package,
+        # never the host's /usr/share/zoneinfo (which differs between machines).
+        zoneinfo.reset_tzpath(to=[])
         self.cfg = cfg
         self.node_id = node_id
         self.me = cfg.node(node_id)

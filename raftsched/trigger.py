@@ -56,7 +56,7 @@ MAX_CRON_CHARS = 256
 _DAY_MS = 86_400_000
 # Cron search stays where datetime works, with room for UTC offsets.
 _MIN_MS = -62_135_424_000_000  # 0001-01-03T00:00:00Z
-_MAX_MS = 253_401_984_000_000  # 9999-12-28T00:00:00Z
+_MAX_MS = 253_401_955_200_000  # 9999-12-28T00:00:00Z
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_NAIVE = datetime(1970, 1, 1)
 _EPOCH_ORDINAL = _EPOCH_NAIVE.toordinal()
