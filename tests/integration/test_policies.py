@@ -52,7 +52,14 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
     with c.client() as cl:
         runs = {name: cl.runs(f"m-{name}", limit=500)["runs"] for name in policies}
     executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
-    assert max(executed.values()) == 1, "no run id ran twice"
+    attempts = collections.Counter((r["RUN_ID"], r["ATTEMPT"]) for r in read_witness(ran))
+    assert max(attempts.values()) == 1, "no attempt of a run ran twice"
+    for run_id, n in executed.items():
+        if n > 1:
+            # Killed mid-run with on_node_lost = retry (the default): at-least-once, the
+            # first attempt recorded lost, the second with a new fence.
+            rs = [r for rs in runs.values() for r in rs if r["run_id"] == run_id]
+            assert any(r["state"] == "lost" and r["attempt"] == 1 for r in rs), rs
     for name in policies:
         acc = _outcomes(runs[name])
         # The outage: fire times already late (older than the 1 s grace) when the
@@ -62,6 +69,7 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
         outage = [t for t in acc if t_down * 1000 < t < plan_ms - 1000]
         assert len(outage) >= 3, (name, sorted(acc))
         ran_in_outage = sorted(t for t in outage if executed[f"m-{name}@{t}"])
+        assert all(executed[f"m-{name}@{t}"] == 1 for t in outage)
         reasons = {v[0] for t, v in acc.items() if t in outage and not executed[f"m-{name}@{t}"]}
         assert all(len(acc[t]) == 1 for t in outage), f"{name}: two outcomes for one fire time"
         if name == "skip":
