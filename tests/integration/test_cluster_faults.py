@@ -163,7 +163,10 @@ def test_node_killed_mid_run_retries_or_records_lost(cluster_factory, tmp_path):
 
 @pytest.mark.timeout(150)
 def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_path):
-    c = cluster_factory(3)
+    ids = ("n1", "n2", "n3")
+    # Every node has the tag "not-<other>" for each other node, so a job tagged
+    # "not-<leader>" goes to one of the two followers (and can move to the other).
+    c = cluster_factory(3, tags={n: [f"not-{o}" for o in ids if o != n] for n in ids})
     c.start_all()
     leader = c.wait_leader()
     ran = str(tmp_path / "ran.jsonl")
@@ -174,14 +177,13 @@ def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_
                if jitter_ms(f"paused-{i}", at, 6000) > 4500)
     with c.client() as cl:
         cl.put_job({"id": job, "schedule": {"at": _rfc3339(at)}, "jitter": "6s",
-                    "command": witness_command(ran)})
+                    "tags": [f"not-{leader}"], "command": witness_command(ran)})
 
         def holder() -> str | None:
             runs = cl.runs(job)["runs"]
-            if runs and runs[0]["state"] == "assigned" and runs[0]["node"] != leader:
-                return runs[0]["node"]
             if runs and runs[0]["state"] == "assigned":
-                pytest.skip("the leader holds the claim; pausing it is the failover test")
+                assert runs[0]["node"] != leader
+                return runs[0]["node"]
             return None
 
         victim = wait_until(holder, 15, "the run assigned to a follower")
@@ -197,7 +199,10 @@ def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_
     executed = [r for r in read_witness(ran) if r["JOB_ID"] == job]
     assert len(executed) == 1, f"ran {len(executed)} times: {executed}"
     assert executed[0]["NODE_ID"] != victim
-    rejected = [e for e in c.events(victim) if e.get("event") == "run.start_rejected"]
+    rejected = [e for e in c.events(victim) if e.get("event") == "run.start_rejected"
+                and e.get("run_id") == f"{job}@{at}"]
+    assert rejected, "the resumed node's stale start was refused and recorded"
+    assert rejected[0]["current_fence"] > rejected[0]["fence"]
     print(f"\npaused holder: reassigned after {moved[0]['started_ms'] / 1000 - t_stop:.2f}s;"
           f" stale start attempts rejected: {len(rejected)}")
 
