@@ -257,10 +257,8 @@ class WorkerPool:
                 accepted = self._started_by_us(loc)
             if not accepted or self.local.get(loc.run_id) is not loc:
                 self.local.pop(loc.run_id, None)
+                # The refusal itself is logged once, as run.start_rejected, by the node.
                 self.counters.rejected += 1
-                events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
-                            level=logging.WARNING, fence=loc.fence,
-                            current_fence=res[1] if res else None)
                 continue
             self._launch(loc)
         self._wake.set()
@@ -322,10 +320,6 @@ class WorkerPool:
                                             "items": batch})
             except Exception:  # noqa: BLE001 - stopping
                 return
-            for item, res in zip(batch, reply.get("results", []), strict=False):
+            for item in batch:
                 self.local.pop(item[0], None)
-                if not (res and res[0]):
-                    events.emit("run.finish_rejected", node=self.node_id, run_id=item[0],
-                                level=logging.WARNING, fence=item[1],
-                                current_fence=res[1] if res else None)
             self._wake.set()

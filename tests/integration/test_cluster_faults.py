@@ -202,7 +202,9 @@ def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_
     rejected = [e for e in c.events(victim) if e.get("event") == "run.start_rejected"
                 and e.get("run_id") == f"{job}@{at}"]
     assert rejected, "the resumed node's stale start was refused and recorded"
-    assert rejected[0]["current_fence"] > rejected[0]["fence"]
+    # The run has a newer fence, or has already finished elsewhere (no active run).
+    assert rejected[0]["current_fence"] is None or \
+        rejected[0]["current_fence"] > rejected[0]["fence"]
     print(f"\npaused holder: reassigned after {moved[0]['started_ms'] / 1000 - t_stop:.2f}s;"
           f" stale start attempts rejected: {len(rejected)}")
 
