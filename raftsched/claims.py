@@ -192,10 +192,17 @@ def apply_plan(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, Any]
             isinstance(f, list) and len(f) in (5, 7) for f in fires):
         raise InvalidArgument("fires", "must be a list of run/miss items")
     place, drop, nxt = _items(cmd, "place", 2), _items(cmd, "drop", 3), _items(cmd, "next", 2)
+    versions = cmd.get("versions", {})
+    if not isinstance(versions, dict):
+        raise InvalidArgument("versions", "must be a map of job id to version")
     rejected: list[list[Any]] = []
     for item in fires:
         kind, job_id = item[0], item[1]
         rec = st.jobs.get(job_id) if isinstance(job_id, str) else None
+        if rec is not None and versions.get(job_id, rec.version) != rec.version:
+            # Planned from an older version of the job (changed since): its schedule
+            # and policies may differ, so none of its items apply; the next plan redoes it.
+            rec = None
         if kind == "miss" and len(item) == 7:
             _, _, first, last, count, outcome, reason = item
             if (rec is None or not _is_int(first) or not _is_int(last) or not _is_int(count)
@@ -240,6 +247,8 @@ def apply_plan(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, Any]
         assign(st, run, node, at)
     for job_id, next_ms in nxt:
         rec = st.jobs.get(job_id) if isinstance(job_id, str) else None
+        if rec is not None and versions.get(job_id, rec.version) != rec.version:
+            rec = None
         if rec is None or not (next_ms is None or (_is_int(next_ms) and next_ms > rec.hwm_ms)):
             rejected.append(["next", job_id])
             continue

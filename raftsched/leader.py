@@ -87,6 +87,7 @@ def plan(st: ClusterState, ctx: LeaderContext) -> dict[str, Any] | None:
     place_items: list[list[Any]] = []
     drop: list[list[Any]] = []
     nxt: list[list[Any]] = []
+    versions: dict[str, int] = {}
     rotor = ctx.now_ms // 1000
     budget = MAX_RUNS_PER_PLAN
     horizon = ctx.now_ms + ctx.lookahead_ms
@@ -168,12 +169,14 @@ def plan(st: ClusterState, ctx: LeaderContext) -> dict[str, Any] | None:
                 active.append((f"{spec.id}@{fire}", "queued"))
             hwm = fire
         fires.extend(_merge_misses(items))
+        versions[spec.id] = rec.version
         if hwm != rec.hwm_ms or not blocked:
             nxt.append([spec.id, next_fire(spec.schedule, hwm)])
     if not (fires or place_items or drop or nxt):
         return None
     return {"op": "plan", "at": ctx.now_ms, "term": ctx.term, "leader": ctx.node_id,
-            "fires": fires, "place": place_items, "drop": drop, "next": nxt}
+            "fires": fires, "place": place_items, "drop": drop, "next": nxt,
+            "versions": versions}
 
 
 def _merge_misses(items: list[list[Any]]) -> list[list[Any]]:

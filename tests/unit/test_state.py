@@ -1015,3 +1015,22 @@ def test_apply_never_raises_on_odd_values() -> None:
                 assert reply.get("error", {}).get("code") != "internal", (cmd, reply)
     check_indexes(st)
     encode_state(st)  # still encodable
+
+
+def test_plan_built_from_an_older_job_version_is_refused_for_that_job() -> None:
+    from raftsched.leader import Capacity, LeaderContext, plan
+
+    st = base()
+    put(st, "j")
+    put(st, "k")
+    ctx = LeaderContext(node_id="n1", term=1, now_ms=T0, lookahead_ms=100, since_ms=T0 - S,
+                        boot_ms=0, live=(Capacity(node_id="n1", tags=frozenset(), slots=4,
+                                                  limit=8),))
+    stale = plan(st, ctx)
+    assert stale is not None and stale["versions"] == {"j": 1, "k": 1}
+    # The job changes between planning and commit: its items must not apply.
+    put(st, "j", at=T0 - 10, schedule={"every": "1h"})
+    reply = ok(st, stale)
+    assert ["run", "j", T0] in reply["rejected"] and ["next", "j"] in reply["rejected"]
+    assert f"j@{T0}" not in st.runs and f"k@{T0}" in st.runs
+    check_indexes(st)
