@@ -166,8 +166,13 @@ class Client:
             addr = "%s:%s" % self._addrs[index]
             if addr not in tried:
                 tried.append(addr)
+            # A frozen node (SIGSTOP, GC pause, half-open link) must not eat the whole
+            # timeout: each address gets its share, then the next one is tried (writes
+            # are safe to retry elsewhere: they carry one request id).
+            share = deadline if n == 1 else min(
+                deadline, time.monotonic() + max(self._timeout / n, 1.0))
             try:
-                return self._request(op, args, deadline)
+                return self._request(op, args, share)
             except _Failover as exc:
                 last = f"{addr}: {exc.reason}"
                 log.debug("raftsched %s failed on %s (%s); trying the next address", op,
@@ -235,9 +240,10 @@ class Client:
         sock = self._sock
         assert sock is not None
         req_id = next(self._ids)
+        frame = _encode_request(req_id, op, args)
         try:
             sock.settimeout(_remaining(deadline))
-            sock.sendall(encode_frame({"id": req_id, "op": op, "args": args}))
+            sock.sendall(frame)
             reply = self._read_reply(sock, deadline)
         except BaseException:
             # A half-read or timed-out reply leaves the stream unsynchronized: never reuse it.
@@ -275,6 +281,19 @@ class Client:
                 sock.close()
             except OSError:
                 pass
+
+
+def _encode_request(req_id: int, op: str, args: dict[str, Any]) -> bytes:
+    """The request frame; args msgpack cannot carry (a TOML datetime, a lone surrogate
+    from a JSON escape, a huge int) are the caller's InvalidArgument, not a crash."""
+    try:
+        return encode_frame({"id": req_id, "op": op, "args": args})
+    except UnicodeEncodeError:
+        # Not the exception's text: it would quote the offending (maybe secret) string.
+        raise InvalidArgument("args", "hold text that is not valid UTF-8 "
+                                      "(a lone surrogate)") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgument("args", f"cannot be sent: {exc}") from None
 
 
 def _remaining(deadline: float) -> float:

@@ -359,8 +359,9 @@ def _command(value: object) -> tuple[str, ...] | None:
     for i, arg in enumerate(value):
         if not isinstance(arg, str):
             raise InvalidSpec(f"command[{i}]", "must be a string")
-        if len(arg) > MAX_ARG_LEN or "\x00" in arg:
-            raise InvalidSpec(f"command[{i}]", f"at most {MAX_ARG_LEN} chars, no NUL")
+        if len(arg) > MAX_ARG_LEN or "\x00" in arg or not _utf8(arg):
+            raise InvalidSpec(f"command[{i}]", f"at most {MAX_ARG_LEN} chars, no NUL, "
+                                               "valid UTF-8")
     if not value[0]:
         raise InvalidSpec("command[0]", "must not be empty")
     return tuple(value)
@@ -404,10 +405,20 @@ def _env(value: object) -> dict[str, str]:
             raise InvalidSpec(f"env.{name}", "RAFTSCHED_* names are reserved")
         val = value[name]
         # The value itself never goes into an error: it may be a secret.
-        if not isinstance(val, str) or len(val) > MAX_ENV_VALUE or "\x00" in val:
+        if not isinstance(val, str) or len(val) > MAX_ENV_VALUE or "\x00" in val \
+                or not _utf8(val):
             raise InvalidSpec(f"env.{name}", f"must be a string of at most {MAX_ENV_VALUE} chars")
         out[name] = val
     return out
+
+
+def _utf8(text: str) -> bool:
+    """False for text msgpack cannot carry (lone surrogates, e.g. from a JSON escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def run_id_of(job_id: str, scheduled_ms: int) -> str:

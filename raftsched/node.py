@@ -76,7 +76,11 @@ class Node:
         # The journal and snapshots hold job env values in the clear: owner only.
         node_dir = cfg.node_data_dir(node_id)
         os.makedirs(node_dir, mode=0o700, exist_ok=True)
-        os.chmod(node_dir, 0o700)
+        try:
+            os.chmod(node_dir, 0o700)
+        except PermissionError:  # not ours (a mounted volume): say so, still run
+            log.warning("cannot restrict %s to its owner; job env values in its journal "
+                        "may be readable by others", node_dir)
         self.raft = RaftNode(
             self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
             data_dir=cfg.node_data_dir(node_id), secret=self.secret, timing=cfg.timing,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +36,40 @@ log = logging.getLogger("raftsched.raft")
 _MAYBE_COMMITTED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
                     FAIL_REASON.UNKNOWN_OUTCOME, FAIL_REASON.NOT_LEADER}
 _FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
+
+
+#: No Raft message of ours comes near this (entries and snapshots travel in 64 KiB
+#: chunks); a peer announcing more is disconnected before it is buffered.
+MAX_RAFT_MESSAGE = 16 << 20
+
+
+def _cap_raft_messages(limit: int) -> None:
+    """pysyncobj buffers whatever length a peer announces (up to 2 GiB) before it
+    decrypts anything, so a stranger on the Raft port could fill the node's memory.
+    Check the announced length as soon as the 4-byte header has arrived."""
+    from pysyncobj import tcp_connection
+
+    cls = tcp_connection.TcpConnection
+    if getattr(cls, "_raftsched_capped", False):
+        return
+    read = cls._TcpConnection__processRead  # type: ignore[attr-defined]
+
+    def process_read(self: Any) -> bool:
+        more = read(self)
+        buf = self._TcpConnection__readBuffer
+        if len(buf) >= 4:
+            (size,) = struct.unpack("i", buf[:4])
+            if size < 0 or size > limit:
+                log.warning("raft peer announced a %d-byte message: disconnected", size)
+                self.disconnect()
+                return False
+        return more
+
+    cls._TcpConnection__processRead = process_read  # type: ignore[attr-defined]
+    cls._raftsched_capped = True  # type: ignore[attr-defined]
+
+
+_cap_raft_messages(MAX_RAFT_MESSAGE)
 
 
 class _Snapshot:

@@ -424,6 +424,21 @@ def test_failover_from_a_refused_address(harness: Harness) -> None:
         assert client.status() == {"node": "fake"}
 
 
+def test_a_frozen_node_gets_only_its_share_of_the_timeout(harness: Harness) -> None:
+    server, _ = harness.serve()
+    # Listening but never answering: the handshake completes in the kernel's backlog,
+    # like a SIGSTOPped node.
+    frozen = socket.socket()
+    frozen.bind(("127.0.0.1", 0))
+    frozen.listen(8)
+    port = frozen.getsockname()[1]
+    with frozen, Client([f"127.0.0.1:{port}", f"127.0.0.1:{server.bound_port}"],
+                        timeout=6) as client:
+        t0 = time.monotonic()
+        assert client.status() == {"node": "fake"}
+        assert time.monotonic() - t0 < 4.5, "moved on after its share (6 s / 2 nodes)"
+
+
 def test_failover_on_not_ready_keeps_the_rid(harness: Harness) -> None:
     s1, n1 = harness.serve(handler=FakeNode("a"), node_id="a")
     s2, n2 = harness.serve(handler=FakeNode("b"), node_id="b")
