@@ -69,7 +69,7 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
         outage = [t for t in acc if t_down * 1000 < t < plan_ms - 1000]
         assert len(outage) >= 3, (name, sorted(acc))
         ran_in_outage = sorted(t for t in outage if executed[f"m-{name}@{t}"])
-        assert all(executed[f"m-{name}@{t}"] == 1 for t in outage)
+        assert all(executed[f"m-{name}@{t}"] <= 1 for t in outage)
         reasons = {v[0] for t, v in acc.items() if t in outage and not executed[f"m-{name}@{t}"]}
         assert all(len(acc[t]) == 1 for t in outage), f"{name}: two outcomes for one fire time"
         if name == "skip":
