@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from raftsched import events
+from raftsched.clock import now_ms
 from raftsched.errors import NotReady, RaftschedError
 from raftsched.leader import Capacity, LeaderContext, plan
 
@@ -34,8 +35,6 @@ LEADER_RECORD_S = 5.0
 COMMIT_TIMEOUT_S = 3.0
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class LeaderLoop:
@@ -69,7 +68,7 @@ class LeaderLoop:
         self.last_seen[node_id] = time.monotonic()
         self.lost.discard(node_id)
         # The sender's clock minus ours, give or take one commit (~1 ms on loopback).
-        self.skew[node_id] = at_ms - _now_ms()
+        self.skew[node_id] = at_ms - now_ms()
         if node_id not in self.node.raft.state.nodes or not self.active:
             return
         if not self.node.raft.state.nodes[node_id].alive:
@@ -118,7 +117,7 @@ class LeaderLoop:
 
     async def _establish(self, term: int) -> bool:
         """Commit our leadership record; plans of older terms are refused from then on."""
-        since = _now_ms()
+        since = now_ms()
         reply = await self._commit({"op": "leader", "node": self.node.node_id, "term": term,
                                     "at": since, "skew": {}})
         if not reply or not reply.get("ok"):
@@ -138,7 +137,7 @@ class LeaderLoop:
             nxt = self.node.raft.state.next_due_ms()
         delay = HOUSEKEEPING_S
         if nxt is not None:
-            lead = nxt - self.node.cfg.timing.lookahead_ms - _now_ms()
+            lead = nxt - self.node.cfg.timing.lookahead_ms - now_ms()
             delay = min(delay, max(lead / 1000, 0.0))
         return delay
 
@@ -173,7 +172,7 @@ class LeaderLoop:
                     releases.append({"op": "release", "node": node_id, "scope": "assigned",
                                      "reason": "disconnected"})
         for cmd in releases:
-            cmd["at"] = _now_ms()
+            cmd["at"] = now_ms()
             reply = await self._commit(cmd)
             if reply is None:
                 self.lost.discard(cmd["node"])
@@ -183,7 +182,7 @@ class LeaderLoop:
         if mono - self.last_record > LEADER_RECORD_S:
             self.last_record = mono
             await self._commit({"op": "leader", "node": node.node_id, "term": self.term,
-                                "at": _now_ms(), "skew": dict(self.skew)})
+                                "at": now_ms(), "skew": dict(self.skew)})
 
     def _capacities(self) -> tuple[Capacity, ...]:
         st = self.node.raft.state
@@ -205,7 +204,7 @@ class LeaderLoop:
         node = self.node
         t0 = time.perf_counter()
         with node.raft.lock:
-            ctx = LeaderContext(node_id=node.node_id, term=self.term or 0, now_ms=_now_ms(),
+            ctx = LeaderContext(node_id=node.node_id, term=self.term or 0, now_ms=now_ms(),
                                 lookahead_ms=node.cfg.timing.lookahead_ms,
                                 since_ms=self.since_ms, boot_ms=node.boot_ms,
                                 live=self._capacities())

@@ -18,6 +18,7 @@ import zoneinfo
 from typing import Any
 
 from raftsched import events
+from raftsched.clock import now_ms, set_offset_ms
 from raftsched.api import ApiServer
 from raftsched.codec import packb
 from raftsched.config import ClusterConfig, check_bind_safety, resolve_secret, split_addr
@@ -46,8 +47,6 @@ _LEADER_WAKERS = frozenset({"job_put", "job_resumed", "ended", "released", "node
                             "node_back", "restored", "created", "hb_new"})
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Node:
@@ -65,8 +64,10 @@ class Node:
         self.me = cfg.node(node_id)
         self.secret = resolve_secret(cfg, env)
         check_bind_safety(cfg, node_id, self.secret)
-        self.boot_ms = _now_ms()
+        self.boot_ms = now_ms()
         self.fault = env.get("RAFTSCHED_FAULT", "")
+        if env.get("RAFTSCHED_CLOCK_OFFSET_MS"):
+            set_offset_ms(int(env["RAFTSCHED_CLOCK_OFFSET_MS"]))
         self.metrics = metrics
         self.loop: asyncio.AbstractEventLoop | None = None
         self.raft_to_id = {p.raft: p.id for p in cfg.nodes}
@@ -205,7 +206,7 @@ class Node:
                 sent_at = now
                 try:
                     pending = asyncio.wrap_future(self.raft.submit({
-                        "op": "heartbeat", "node": self.node_id, "at": _now_ms(),
+                        "op": "heartbeat", "node": self.node_id, "at": now_ms(),
                         "boot": self.boot_ms, "slots": self.me.workers, "queue": self.me.queue,
                         "tags": list(self.me.tags), "api": self.me.api}))
                 except RaftschedError:
@@ -237,7 +238,7 @@ class Node:
         deadline = time.monotonic() + WRITE_DEADLINE_S
         delay = 0.05
         while True:
-            cmd["at"] = _now_ms()
+            cmd["at"] = now_ms()
             try:
                 fut = asyncio.wrap_future(self.raft.submit(cmd))
                 reply = await asyncio.wait_for(fut, max(deadline - time.monotonic(), 0.1))
@@ -333,7 +334,7 @@ class Node:
             rec = self.raft.state.jobs.get(job_id)
             if rec is not None and rec.spec.paused:
                 # The count is informational (the record says how many were skipped).
-                missed, _ = count_fires(rec.spec.schedule, rec.hwm_ms, _now_ms(), 100_000)
+                missed, _ = count_fires(rec.spec.schedule, rec.hwm_ms, now_ms(), 100_000)
         reply = await self.submit_client({"op": "resume", "job": job_id, "catch_up": catch_up,
                                           "missed": missed}, args.get("rid"))
         return {"job": reply["job"], "version": reply["version"], "paused": False,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
+
+from raftsched.clock import now_ms
 
 if TYPE_CHECKING:
     from raftsched.node import Node
@@ -14,7 +15,7 @@ def build_status(node: Node) -> dict[str, Any]:
     raft = node.raft
     raw = raft.status()
     connected = raft.connected_peers()
-    now_ms = time.time_ns() // 1_000_000
+    now = now_ms()
     with raft.lock:
         st = raft.state
         nodes = []
@@ -55,7 +56,7 @@ def build_status(node: Node) -> dict[str, Any]:
         "node": node.node_id, "leader": leader_id, "leader_addr": leader_addr,
         "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
         "jobs": jobs, "active_runs": active, "commit_index": raw.get("commit_idx"),
-        "applied": applied, "totals": totals, "now_ms": now_ms,
+        "applied": applied, "totals": totals, "now_ms": now,
         "leader_record": leader,
         "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
                    "started": worker.started, "rejected_starts": worker.rejected_starts,

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from raftsched.clock import now_ms
 from raftsched import events
 from raftsched.errors import NotReady
 from raftsched.executor import Execution, ExecutionResult, RunContext
@@ -166,7 +166,7 @@ class WorkerPool:
 
     def _step(self) -> float:
         """Sync local runs with the state, start what is due; return seconds to sleep."""
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         with self.raft.lock:
             st = self.raft.state
             mine = []
@@ -231,7 +231,7 @@ class WorkerPool:
         idempotent through fences)."""
         delay = 0.02
         while True:
-            cmd["at"] = time.time_ns() // 1_000_000
+            cmd["at"] = now_ms()
             try:
                 fut = self.raft.submit(cmd)
                 return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
@@ -277,7 +277,7 @@ class WorkerPool:
         if spec is None:
             self.local.pop(loc.run_id, None)
             return
-        now = time.time_ns() // 1_000_000
+        now = now_ms()
         lag_ms = now - loc.scheduled_ms
         self.counters.started += 1
         if self.on_started is not None:

@@ -277,3 +277,64 @@ def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_pa
     assert fenced, "the node logged that it fenced itself"
     print(f"\ncut-off node stopped its run after {stopped_after:.2f}s "
           f"(node_timeout 2s, fence after 1s)")
+
+
+@pytest.mark.timeout(180)
+def test_a_leader_with_a_clock_behind_never_assigns_a_fire_time_twice(cluster_factory,
+                                                                       tmp_path):
+    c = cluster_factory(3)
+    # n3's clock runs 3 s behind (test-only clock offset).
+    skewed = {"n3": {"RAFTSCHED_CLOCK_OFFSET_MS": "-3000"}}
+    c.start_all(env=skewed)
+    ran = str(tmp_path / "ran.jsonl")
+    leader = c.wait_leader()
+    with c.client() as cl:
+        for i in range(3):
+            cl.put_job({"id": f"s{i}", "schedule": {"every": "1s"}, "on_node_lost": "fail",
+                        "command": witness_command(ran)})
+    wait_until(lambda: len(read_witness(ran)) >= 6, 20, "runs under a correct leader")
+    # Kill leaders until the skewed node leads (each kill is a coin toss between two).
+    for _ in range(8):
+        if leader == "n3":
+            break
+        c.kill(leader)
+        c.start(leader)
+        leader = c.wait_leader(30)
+    if leader != "n3":
+        pytest.fail("n3 never became leader in 8 elections")
+    t_lead = time.time()
+    wait_until(lambda: any(r["t"] > t_lead + 4 for r in read_witness(ran)), 20,
+               "runs assigned by the skewed leader")
+    status = c.status("n1")
+    skews = {n["node_id"]: n["skew_ms"] for n in status["nodes"]}
+    executed = collections.Counter((r["RUN_ID"], r["ATTEMPT"]) for r in read_witness(ran))
+    assert max(executed.values()) == 1, "no fire time executed twice"
+    assert all(a == "1" for _, a in executed), "no retries were needed"
+    wait_until(lambda: any(abs((n["skew_ms"] or 0)) >= 2500 for n in c.status("n1")["nodes"]),
+               10, f"the skew visible in status (was {skews})")
+
+
+@pytest.mark.timeout(150)
+def test_five_nodes_keep_scheduling_with_two_of_them_killed(cluster_factory, tmp_path):
+    c = cluster_factory(5, workers=2)
+    c.start_all()
+    leader = c.wait_leader(30)
+    ran = str(tmp_path / "ran.jsonl")
+    with c.client() as cl:
+        for i in range(5):
+            cl.put_job({"id": f"f{i}", "schedule": {"every": "1s"}, "on_node_lost": "fail",
+                        "command": witness_command(ran)})
+    wait_until(lambda: len({r["NODE_ID"] for r in read_witness(ran)}) >= 3, 20,
+               "work spread over the nodes")
+    victims = [leader, next(n for n in c.ids if n != leader)]
+    t_kill = time.time()
+    for n in victims:
+        c.kill(n)
+    survivors = [n for n in c.ids if n not in victims]
+    c.wait_leader(30, among=survivors)
+    wait_until(lambda: len([r for r in read_witness(ran) if r["t"] > t_kill + 2]) >= 10, 20,
+               "runs on the three survivors")
+    late = [r for r in read_witness(ran) if r["t"] > t_kill + 2]
+    assert {r["NODE_ID"] for r in late} <= set(survivors)
+    executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
+    assert max(executed.values()) == 1
