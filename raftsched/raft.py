@@ -27,7 +27,7 @@ from typing import Any
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from raftsched.codec import decode_command, decode_state, encode_command, encode_state
-from raftsched.errors import NotReady, Overloaded
+from raftsched.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.state import ClusterState
 
 log = logging.getLogger("raftsched.raft")
@@ -38,6 +38,10 @@ _MAYBE_COMMITTED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
 _FAIL_NAMES = {v: k for k, v in vars(FAIL_REASON).items() if isinstance(v, int)}
 
 
+#: Largest append_entries message (one entry is never split below this size).
+APPEND_BATCH_BYTES = 4 << 20
+#: Largest command we submit: one log entry must never reach APPEND_BATCH_BYTES.
+MAX_COMMAND_BYTES = 2 << 20
 #: No Raft message of ours comes near this (entries and snapshots travel in 64 KiB
 #: chunks); a peer announcing more is disconnected before it is buffered.
 MAX_RAFT_MESSAGE = 16 << 20
@@ -139,6 +143,11 @@ class RaftNode:
             connectionTimeout=timing.connection_timeout_ms / 1000,
             leaderFallbackTimeout=timing.leader_fallback_ms / 1000,
             connectionRetryTime=0.5,
+            # pysyncobj 0.3.17 chunks an entry of at least this size and marks the last
+            # chunk by the raw command length, not the pickled one (longer for bytes
+            # >= 0x80): followers then fail to unpickle it (bench/repro_big_entry.py).
+            # Our entries stay far below this, so the chunked path is never taken.
+            appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
             logCompactionMinEntries=50_000,
             logCompactionMinTime=600,
             commandsWaitLeader=True,
@@ -205,6 +214,12 @@ class RaftNode:
                                  f"{self._pending} commands already in flight on this node")
             self._pending += 1
         blob = encode_command(cmd)
+        if len(blob) > MAX_COMMAND_BYTES:
+            with self._pending_lock:
+                self._pending -= 1
+            raise LimitExceeded("max_command_bytes",
+                                f"a {cmd.get('op')} command of {len(blob)} bytes is over "
+                                f"{MAX_COMMAND_BYTES}; send fewer items at once")
 
         def done(result: Any, error: int) -> None:
             with self._pending_lock:

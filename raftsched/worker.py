@@ -198,7 +198,9 @@ class WorkerPool:
             if self.fault == "exit_after_claim":
                 # Test-only fault injection (RAFTSCHED_FAULT): die holding the claim.
                 os._exit(137)
-        busy = sum(1 for loc in self.local.values() if loc.phase != "waiting")
+        # A slot is free again as soon as its run has ended; the finish commit that
+        # follows does not hold it.
+        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
         free = self.slots - busy
         ready: list[_Local] = []
         shed: list[_Local] = []
