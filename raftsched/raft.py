@@ -261,6 +261,11 @@ class RaftNode:
         return {addr: bool(self.sync.isNodeConnected(node))
                 for addr, node in self.peer_nodes.items()}
 
+    def ready(self) -> bool:
+        """True once this replica has applied the log up to the leader's commit index
+        after start (before that its state may be a half-replayed past)."""
+        return bool(self.sync.isReady())
+
     def has_quorum(self) -> bool:
         return bool(self.sync.hasQuorum)
 

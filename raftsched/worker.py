@@ -166,6 +166,9 @@ class WorkerPool:
 
     def _step(self) -> float:
         """Sync local runs with the state, start what is due; return seconds to sleep."""
+        if not self.raft.ready():
+            # Replaying the journal after a restart: claims seen now may be long gone.
+            return 0.05
         now = now_ms()
         with self.raft.lock:
             st = self.raft.state
