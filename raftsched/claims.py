@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from raftsched.errors import Conflict, InvalidArgument
 from raftsched.model import RunState, run_id_of
 from raftsched.records import RunRecord
+from raftsched.trigger import next_fire
 
 if TYPE_CHECKING:
     from raftsched.records import JobRecord
@@ -140,7 +141,9 @@ def record_miss(st: ClusterState, rec: JobRecord, first: int, last: int, count: 
     prev = hist[-1] if hist else None
     if (prev is not None and prev.state == state.value and prev.reason == reason
             and not prev.manual and prev.started_ms is None
-            and (prev.until_ms or prev.scheduled_ms) < first):
+            and (prev.until_ms or prev.scheduled_ms) < first
+            # Only a contiguous range folds: a run between them must stay visible.
+            and next_fire(rec.spec.schedule, prev.until_ms or prev.scheduled_ms) == first):
         prev.until_ms = last
         prev.count += count
         prev.finished_ms = at

@@ -37,7 +37,7 @@ DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 #: Replies (a job list, a run history) may be far larger than requests.
 MAX_REPLY_BYTES = 64 * 1024 * 1024
 #: Ops that change state; they carry a ``rid`` so a retry after failover is not re-applied.
-WRITE_OPS = frozenset({"put_job", "delete_job", "pause", "resume", "trigger"})
+WRITE_OPS = frozenset({"put_job", "put_jobs", "delete_job", "pause", "resume", "trigger"})
 #: Error codes meaning "this node cannot serve it now, another may".
 FAILOVER_CODES = frozenset({"not_ready", "unavailable"})
 #: Each address is tried at most this many times per call.

@@ -96,7 +96,7 @@ class LeaderLoop:
     async def run(self) -> None:
         while not self._stopping:
             raft = self.node.raft
-            if not raft.is_leader():
+            if not raft.is_leader() or not raft.ready():
                 if self.active:
                     events.emit("leader.stepped_down", node=self.node.node_id, term=self.term)
                 self.active = False
@@ -129,6 +129,13 @@ class LeaderLoop:
         self.last_seen = {}
         self.disc_since.clear()
         self.released_assigned.clear()
+        # Peers already disconnected (typically the old leader, killed) lose their
+        # not-yet-started claims before our first plan, not one grace period after it:
+        # otherwise their jobs' next fires would see them active and be skipped.
+        for addr, up in self.node.raft.connected_peers().items():
+            node_id = self.node.raft_to_id.get(addr)
+            if not up and node_id is not None:
+                self.disc_since[node_id] = self.since_mono - DISCONNECT_GRACE_S
         log.info("leading in term %d", term)
         return True
 

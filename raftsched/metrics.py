@@ -107,6 +107,11 @@ class _StateCollector:
                                   value=raft.apply_seconds)
         yield CounterMetricFamily("raftsched_applied_commands", "Commands applied",
                                   value=raft.apply_count)
+        yield CounterMetricFamily("raftsched_leader_plans", "Plans this node committed",
+                                  value=node.leader.plans)
+        yield CounterMetricFamily("raftsched_leader_plan_seconds",
+                                  "Time this node spent building plans",
+                                  value=node.leader.plan_seconds)
         ws = node.worker.statistics()
         yield GaugeMetricFamily("raftsched_worker_slots_busy", "Busy worker slots", value=ws.busy)
         yield GaugeMetricFamily("raftsched_worker_slots_free", "Free worker slots",

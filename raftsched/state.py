@@ -31,6 +31,8 @@ from raftsched.trigger import latest_fire_at_or_before, next_fire
 #: Replies to client commands are kept this long (by count) so a retried request id
 #: gets the original answer instead of being applied twice.
 DEDUPE_LIMIT = 8192
+#: ... and at most this many reply items in all (bulk puts have one per spec).
+DEDUPE_ITEMS_LIMIT = 50_000
 #: Terminal runs kept per job; older ones are dropped (the history is bounded).
 DEFAULT_HISTORY_LIMIT = 100
 #: Specs per put_jobs command: applying one costs ~45 us per spec on every node, and an
@@ -102,8 +104,14 @@ class ClusterState:
 
     def _remember(self, rid: str, reply: dict[str, Any]) -> None:
         self.dedupe[rid] = reply
-        while len(self.dedupe) > DEDUPE_LIMIT:
-            self.dedupe.popitem(last=False)
+        # Bounded by replies and by their items (a put_jobs reply holds one per spec).
+        weight = sum(1 + len(r.get("results", ())) for r in self.dedupe.values()) \
+            if len(reply.get("results", ())) else None
+        while len(self.dedupe) > DEDUPE_LIMIT or (weight is not None
+                                                  and weight > DEDUPE_ITEMS_LIMIT):
+            _, old = self.dedupe.popitem(last=False)
+            if weight is not None:
+                weight -= 1 + len(old.get("results", ()))
 
     # ------------------------------------------------------------------ jobs
 
