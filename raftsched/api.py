@@ -155,6 +155,12 @@ class ApiServer:
             with contextlib.suppress(Exception):
                 await server.wait_closed()
 
+    def listening_fds(self) -> list[int]:
+        """File descriptors of the listening sockets (closed in forked children)."""
+        if self._server is None:
+            return []
+        return [sock.fileno() for sock in self._server.sockets]
+
     @property
     def bound_port(self) -> int:
         """The port actually listened on (useful with ``port=0``)."""

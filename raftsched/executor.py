@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftsched.model import JobSpec
+from raftsched.procs import die_with_parent
 
 #: Python callables run on this many threads per node at most (sync functions).
 _CALL_THREADS = 64
@@ -125,7 +126,7 @@ class Execution:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent)
+                start_new_session=True, preexec_fn=die_with_parent)
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=f"cannot execute: {exc.strerror or exc}"[:200])
@@ -211,16 +212,6 @@ def resolve_callable(call: str, allowed: tuple[str, ...]) -> Any:
     if not callable(func):
         raise TypeError(f"{call} is not callable")
     return func
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: be SIGKILLed when the node dies, so a crashed node
-    leaves no run executing behind the cluster's back (Linux only; best effort)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001, S110 - not Linux: the group still dies on timeout
-        pass
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -169,6 +169,7 @@ class Node:
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
         await self.api.start()
+        _LISTENING_FDS.extend(self.api.listening_fds())
         events.emit("node.started", node=self.node_id, api=self.me.api, raft=self.me.raft,
                     workers=self.me.workers)
         tasks = [asyncio.create_task(self.worker.run(), name="worker"),
@@ -382,6 +383,23 @@ def _same_request(cmd: dict[str, Any], reply: dict[str, Any]) -> bool:
     return "job" not in cmd or reply.get("job") == cmd["job"]
 
 
+#: Listening sockets of this process. pysyncobj forks a child to write each snapshot
+#: (tens of seconds at a million jobs); a child that kept them would hold the node's
+#: ports after the node stopped, and a restarted node could not bind them.
+_LISTENING_FDS: list[int] = []
+
+
+def _close_listeners_in_child() -> None:
+    for fd in _LISTENING_FDS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_close_listeners_in_child)
+
+
 def run_node(config_path: str | None, node_id: str | None, data_dir: str | None = None) -> int:
     """``raftsched node``: run one node until SIGINT/SIGTERM; returns the exit code."""
     from raftsched.config import embedded_default, load_config
@@ -414,6 +432,7 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
     if node.me.metrics:
         try:
             server = serve_metrics(node.me.metrics, metrics, node)
+            _LISTENING_FDS.append(server.socket.fileno())
         except OSError as exc:
             log.error("metrics endpoint %s: %s", node.me.metrics, exc)
             node.raft.destroy()

@@ -28,6 +28,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 
 from raftsched.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.errors import LimitExceeded, NotReady, Overloaded
+from raftsched.procs import die_with_parent
 from raftsched.state import ClusterState
 
 log = logging.getLogger("raftsched.raft")
@@ -74,6 +75,11 @@ def _cap_raft_messages(limit: int) -> None:
 
 
 _cap_raft_messages(MAX_RAFT_MESSAGE)
+
+
+# pysyncobj forks a snapshot writer; if the node stops, the writer must not outlive it
+# and later rename a stale snapshot over a newer one.
+os.register_at_fork(after_in_child=die_with_parent)
 
 
 class _Snapshot:
