@@ -30,6 +30,9 @@ log = logging.getLogger("raftsched.worker")
 
 #: How long one start/finish commit may take before it is retried.
 COMMIT_TIMEOUT_S = 5.0
+#: A run's start is committed up to this long before its instant, then the worker
+#: waits for the instant: commit latency does not become scheduling lag.
+PRESTART_MS = 60
 
 
 @dataclass(slots=True, kw_only=True)
@@ -210,8 +213,8 @@ class WorkerPool:
         next_at: float = 0.5
         for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
                           key=lambda x: x.start_at_ms):
-            if loc.start_at_ms > now:
-                next_at = min(next_at, (loc.start_at_ms - now) / 1000)
+            if loc.start_at_ms > now + PRESTART_MS:
+                next_at = min(next_at, (loc.start_at_ms - PRESTART_MS - now) / 1000)
                 continue
             if free > 0:
                 ready.append(loc)
@@ -231,12 +234,12 @@ class WorkerPool:
 
     # ------------------------------------------------------------ start / finish
 
-    async def _commit(self, cmd: dict[str, Any]) -> dict[str, Any]:
+    async def _commit(self, cmd: dict[str, Any], at_floor: int = 0) -> dict[str, Any]:
         """Submit until committed; retries keep the same items (start/finish are
-        idempotent through fences)."""
+        idempotent through fences). ``at`` is stamped at least ``at_floor``."""
         delay = 0.02
         while True:
-            cmd["at"] = now_ms()
+            cmd["at"] = max(now_ms(), at_floor)
             try:
                 fut = self.raft.submit(cmd)
                 return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
@@ -252,7 +255,10 @@ class WorkerPool:
     async def _start_batch(self, batch: list[_Local]) -> None:
         items = [[loc.run_id, loc.fence] for loc in batch]
         try:
-            reply = await self._commit({"op": "start", "node": self.node_id, "items": items})
+            # Claimed up to PRESTART_MS early, the start takes effect (and is recorded)
+            # at the runs' instant: the commit's latency never shows as lag.
+            reply = await self._commit({"op": "start", "node": self.node_id, "items": items},
+                                       at_floor=min(loc.start_at_ms for loc in batch))
         except Exception:  # noqa: BLE001 - stopping
             return
         results = reply.get("results", []) if reply.get("ok") else []
@@ -282,23 +288,32 @@ class WorkerPool:
         if spec is None:
             self.local.pop(loc.run_id, None)
             return
-        now = now_ms()
-        lag_ms = now - loc.scheduled_ms
-        self.counters.started += 1
-        if self.on_started is not None:
-            self.on_started(lag_ms / 1000)
         loc.phase = "running"
         ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
                          fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
                                   tail_bytes=self.tail_bytes, allowed=self.allowed,
                                   kill_grace_s=self.kill_grace_s)
-        events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
-                    attempt=loc.attempt, lag_ms=lag_ms)
         self._spawn(self._execute(loc))
 
     async def _execute(self, loc: _Local) -> None:
         assert loc.execution is not None
+        wait = (loc.start_at_ms - now_ms()) / 1000
+        if wait > 0:
+            await asyncio.sleep(wait)  # never before the scheduled instant
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster while waiting: it never ran
+        if loc.execution.stopped:
+            loc.phase = "finishing"
+            self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                              reason=loc.execution.stop_reason))
+            return
+        lag_ms = now_ms() - loc.scheduled_ms
+        self.counters.started += 1
+        if self.on_started is not None:
+            self.on_started(lag_ms / 1000)
+        events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
+                    attempt=loc.attempt, lag_ms=lag_ms)
         result = await loc.execution.run()
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
