@@ -14,9 +14,32 @@ import urllib.request
 import pytest
 
 from raftsched.client import Client
-from tests.integration.harness import ROOT, free_ports, read_witness, wait_until, witness_command
+from tests.integration.harness import ROOT, read_witness, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration]
+
+
+def _free_base() -> int:
+    """A base port P with P+1..3, P+101..103, P+201..203 all free (`local`'s layout),
+    below the kernel's ephemeral range so other tests' sockets do not take them."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20000, 32000)
+        socks = []
+        try:
+            for off in (1, 2, 3, 101, 102, 103, 201, 202, 203):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + off))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port block for raftsched local")
 
 
 def _scrape(addr: str) -> dict[str, float]:
@@ -99,7 +122,7 @@ def test_the_events_of_one_run_tell_its_story_in_order_without_secrets(cluster_f
 
 @pytest.mark.timeout(90)
 def test_local_starts_a_cluster_feeds_runs_and_stops_on_ctrl_c(tmp_path):
-    base = free_ports(1)[0] % 20000 + 30000
+    base = _free_base()
     env = dict(os.environ, PYTHONPATH=ROOT)
     proc = subprocess.Popen([sys.executable, "-m", "raftsched", "local", "--nodes", "3",
                              "--base-port", str(base), "--data-dir", str(tmp_path / "local")],
