@@ -1,0 +1,332 @@
+"""W1 fire storm (with baselines): J every-second no-op jobs on a 3-node cluster.
+
+Also runs, in the same invocation, baseline (a) raw pysyncobj commit rate
+(:mod:`bench.raw_raft`) and baseline (b) APScheduler 3 with the same J and window
+(:mod:`bench.aps`), alternating raftsched and APScheduler per J so that machine
+noise hits both alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench import stats
+from bench.cluster import ROOT, BenchCluster, now_ms, track
+from bench.common import Ctx, Result, bulk_batch, fmt, pysyncobj_problems
+
+SPEC_CALL = "bench.noop:stamp"
+
+
+def sizes(ctx: Ctx) -> tuple[list[int], int, int]:
+    """(J values, window seconds, warm-up seconds)."""
+    return ([100, 1000], 10, 3) if ctx.quick else ([100, 1000, 5000], 30, 5)
+
+
+# ------------------------------------------------------------------ baseline (a)
+
+def run_raw(ctx: Ctx) -> Result:
+    res = Result("BASE-RAFT", "Baseline (a): raw pysyncobj commit rate")
+    from bench.raw_raft import run
+    ctx.log("raw pysyncobj: 3 processes, nobatch, 1000 in flight, 100-byte payload, 10 s")
+    out = run(seconds=10.0, inflight=1000, payload=100)
+    res.raw = out
+    if "error" in out:
+        res.error = str(out["error"])
+        return res
+    ctx.shared["raw_commits_per_s"] = out["commits_per_s"]
+    res.tables.append(("raw pysyncobj 0.3.17, 3 nodes on loopback",
+                       ["commits/s", "committed", "errors", "in flight", "payload B",
+                        "commit latency p50 ms", "p99 ms"],
+                       [[fmt(out["commits_per_s"]), fmt(out["ok"]), fmt(out["errors"]),
+                         fmt(out["inflight"]), fmt(out["payload_bytes"]),
+                         fmt(out["latency_p50_ms"]), fmt(out["latency_p99_ms"])]]))
+    res.notes.append("appendEntriesUseBatch=False, async `@replicated` no-op with a callback, "
+                     "in-memory journal, no password; run on the node that won the election. "
+                     "Latency here is queueing behind 1000 in-flight commands, not an idle "
+                     "commit.")
+    return res
+
+
+# ------------------------------------------------------------------ APScheduler
+
+def run_aps(ctx: Ctx, jobs: int, seconds: int, warmup: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.aps", "--jobs", str(jobs), "--seconds", str(seconds),
+           "--warmup", str(warmup), "--threads", "64"]
+    proc = track(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, cwd=ROOT))
+    try:
+        out, err = proc.communicate(timeout=seconds + warmup + 90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": "APScheduler run timed out"}
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {err.strip()[-300:]}"}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ raftsched
+
+def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
+                  profile_s: float = 0.0, name: str | None = None) -> dict[str, Any]:
+    """One fire storm; with ``profile_s`` a py-spy recording of the leader runs inside
+    the window (see :mod:`bench.profile`)."""
+    tag = name or f"w1-{jobs}"
+    c = BenchCluster(ctx.dir(tag), workers=256, queue=4096, history_limit=1000)
+    try:
+        c.start_all()
+        leader = c.wait_leader(60)
+        c.wait_all_alive(60)
+        term0 = c.status(leader)["term"]
+        ids = [f"w1-{i:05d}" for i in range(jobs)]
+        t_put = time.monotonic()
+        batch = bulk_batch()
+        with c.client(timeout=60) as cl:
+            for i in range(0, jobs, batch):
+                specs = [{"id": j, "schedule": {"every": "1s"}, "call": SPEC_CALL}
+                         for j in ids[i:i + batch]]
+                reply = cl.call("put_jobs", specs=specs)
+                bad = [r for r in reply["results"] if not r.get("ok")]
+                if bad:
+                    raise RuntimeError(f"put_jobs refused {len(bad)} specs: {bad[:2]}")
+        put_s = time.monotonic() - t_put
+        start_ms = now_ms()
+        w0 = -(-(start_ms + warmup * 1000) // 1000) * 1000
+        w1 = w0 + seconds * 1000
+        ctx.log(f"{tag}: leader {leader}, {jobs} jobs put in {put_s:.2f}s; window "
+                f"{seconds}s after {(w0 - start_ms) / 1000:.1f}s warm-up")
+        _sleep_until(w0)
+        cpu0 = {n: c.cpu_s(n) for n in c.ids}
+        m0 = _leader_metrics(c, leader)
+        prof: dict[str, Any] = {}
+        if profile_s:
+            from bench.profile import record_pyspy
+            prof = record_pyspy(ctx, c.pid(leader), min(profile_s, seconds - 1), tag)
+        _sleep_until(w1)
+        cpu1 = {n: c.cpu_s(n) for n in c.ids}
+        if prof:
+            from bench.profile import finish_pyspy
+            prof = finish_pyspy(prof)
+        m1 = _leader_metrics(c, leader)
+        _sleep_until(w1 + 2500)  # drain: the window's last runs finish and are recorded
+        limit = int((now_ms() - start_ms) / 1000) + 50
+        t_fetch = time.monotonic()
+        runs = c.fetch_runs(ids, limit, nid=leader)
+        fetch_s = time.monotonic() - t_fetch
+        st_end = c.status(leader)
+        stamps = c.stamps()
+        problems = pysyncobj_problems(c)
+    finally:
+        c.close()
+    acc = stats.account(runs, w0, w1)
+    ex = stats.stamp_executions(stamps, w0, w1)
+    lag_start, lag_call = [], []
+    parts: dict[str, list[float]] = {"lead": [], "slot": [], "commit": [], "finish": [],
+                                     "commit_on_leader": [], "commit_on_follower": []}
+    for (_job, t), recs in acc["by_fire"].items():
+        for r in recs:
+            if r["state"] == "succeeded" and r["attempt"] == 1 and r["started_ms"] is not None:
+                lag_start.append(r["started_ms"] - t)
+                call = ex["first_call"].get(r["run_id"])
+                if call is not None:
+                    lag_call.append(call - t)
+                    parts["commit"].append(call - r["started_ms"])
+                    role = "leader" if r["node"] == leader else "follower"
+                    parts[f"commit_on_{role}"].append(call - r["started_ms"])
+                    if r["finished_ms"] is not None:
+                        parts["finish"].append(r["finished_ms"] - call)
+                if r["assigned_ms"] is not None:
+                    parts["lead"].append(t - r["assigned_ms"])
+                parts["slot"].append(r["started_ms"] - t)
+    succeeded = acc["outcomes"].get("succeeded", 0)
+    cpu = {n: (cpu1[n] - cpu0[n]) if cpu0[n] is not None and cpu1[n] is not None else None
+           for n in cpu0}
+    total_cpu = sum(v for v in cpu.values() if v is not None)
+    commit_n = m1.get("commit_n", 0) - m0.get("commit_n", 0)
+    commit_sum = m1.get("commit_sum", 0) - m0.get("commit_sum", 0)
+    applied = m1.get("applied", 0) - m0.get("applied", 0)
+    apply_s = m1.get("apply_s", 0) - m0.get("apply_s", 0)
+    return {
+        "jobs": jobs, "seconds": seconds, "leader": leader, "put_s": put_s,
+        "fires": acc["fires"], "succeeded": succeeded, "runs_per_s": succeeded / seconds,
+        "outcomes": dict(acc["outcomes"]), "multi": acc["multi"][:20],
+        "noncontig": acc["noncontig"][:20], "noncontig_n": len(acc["noncontig"]),
+        "dup_records": acc["dup_records"][:20], "dup_exec": ex["same_attempt_twice"][:20],
+        "retried": ex["retried"][:20], "executions": ex["executions"],
+        "lag_start": stats.summary(lag_start), "lag_call": stats.summary(lag_call),
+        "lag_parts": {k: stats.summary(v) for k, v in parts.items()},
+        "lag_call_sorted": stats.downsample(sorted(lag_call)),
+        "lag_start_sorted": stats.downsample(sorted(lag_start)),
+        "cpu_s": cpu, "cpu_ms_per_run": (total_cpu * 1000 / succeeded) if succeeded else None,
+        "leader_commits": commit_n,
+        "leader_commit_mean_ms": (commit_sum / commit_n * 1000) if commit_n else None,
+        "applied_per_s": applied / seconds, "apply_ms_per_cmd": (apply_s / applied * 1000)
+        if applied else None,
+        "term_start": term0, "term_end": st_end["term"], "fetch_s": fetch_s,
+        "problems": problems, "window": [w0, w1], "profile": prof,
+    }
+
+
+def _sleep_until(t_ms: int) -> None:
+    while True:
+        left = (t_ms - now_ms()) / 1000
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.5))
+
+
+def _leader_metrics(c: BenchCluster, leader: str) -> dict[str, float]:
+    try:
+        m = c.metrics(leader)
+    except OSError:
+        return {}
+    return {"commit_n": m.get("raftsched_commit_latency_seconds_count", 0.0),
+            "commit_sum": m.get("raftsched_commit_latency_seconds_sum", 0.0),
+            "applied": m.get("raftsched_applied_commands_total",
+                             m.get("raftsched_applied_commands", 0.0)),
+            "apply_s": m.get("raftsched_apply_seconds_total",
+                             m.get("raftsched_apply_seconds", 0.0))}
+
+
+# ------------------------------------------------------------------ W1
+
+def run_w1(ctx: Ctx) -> Result:
+    res = Result("W1", "W1 fire storm: J every-second no-op jobs, 3 nodes")
+    js, seconds, warmup = sizes(ctx)
+    raw = ctx.shared.get("raw_commits_per_s")
+    rows, ratio_rows, miss_rows, part_rows = [], [], [], []
+    curves: dict[int, dict[str, list[float]]] = {}
+    for j in js:
+        ctx.log(f"W1 raftsched J={j}")
+        try:
+            r = run_raftsched(ctx, j, seconds, warmup)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the next J
+            res.notes.append(f"**J={j}: raftsched run failed: {exc!r}**")
+            ctx.log(f"W1 J={j} failed: {exc!r}")
+            continue
+        ctx.log(f"W1 APScheduler J={j}")
+        a = run_aps(ctx, j, seconds, warmup)
+        res.raw[f"raftsched_{j}"] = {k: v for k, v in r.items() if not k.endswith("_sorted")}
+        res.raw[f"aps_{j}"] = {k: v for k, v in a.items() if k != "lags_ms"}
+        a_lag = stats.summary(a.get("lags_ms", []))
+        a_rps = a.get("runs_per_s")
+        curves[j] = {"call": r["lag_call_sorted"], "start": r["lag_start_sorted"],
+                     "aps": stats.downsample(a.get("lags_ms", []))}
+        dups = len(r["dup_records"]) + len(r["dup_exec"])
+        misses = r["fires"] - r["succeeded"]
+        rows.append([fmt(j), fmt(r["fires"]), fmt(r["runs_per_s"]),
+                     fmt(r["lag_start"]["p50"]), fmt(r["lag_start"]["p99"]),
+                     fmt(r["lag_start"]["max"]), fmt(r["lag_call"]["p50"]),
+                     fmt(r["lag_call"]["p99"]), fmt(r["lag_call"]["max"]), fmt(dups),
+                     fmt(misses), fmt(r["cpu_ms_per_run"], 2),
+                     f"{r['term_start']}→{r['term_end']}"])
+        ratio_rows.append([
+            fmt(j), fmt(a_rps), fmt(a_lag["p50"]), fmt(a_lag["p99"]), fmt(a_lag["max"]),
+            fmt(stats.ratio(r["runs_per_s"], a_rps), 2),
+            fmt(stats.ratio(r["lag_call"]["p99"], a_lag["p99"]), 2),
+            fmt(stats.ratio(r["lag_start"]["p99"], a_lag["p99"]), 2),
+            fmt(stats.ratio(r["runs_per_s"], raw), 3),
+            fmt((a["cpu_s"] * 1000 / a["total_runs"]) if a.get("total_runs") else None, 2),
+        ])
+        if a.get("error"):
+            res.notes.append(f"J={j}: APScheduler run failed: {a['error']}")
+        outcomes = {k: v for k, v in r["outcomes"].items() if k != "succeeded"}
+        miss_rows.append([fmt(j), ", ".join(f"{k} ×{v}" for k, v in sorted(outcomes.items()))
+                          or "none", fmt(len(r["dup_records"])), fmt(len(r["dup_exec"])),
+                          fmt(len(r["retried"])), fmt(len(r["multi"])),
+                          fmt(r["leader_commits"]), fmt(r["leader_commit_mean_ms"]),
+                          fmt(r["applied_per_s"]), fmt(r["apply_ms_per_cmd"], 2)])
+        lp = r["lag_parts"]
+        part_rows.append([fmt(j)] + [f"{fmt(lp[k]['p50'])} / {fmt(lp[k]['p99'])}"
+                                     for k in ("lead", "slot", "commit", "commit_on_leader",
+                                               "commit_on_follower", "finish")])
+        if r["noncontig_n"]:
+            ex = r["noncontig"][0]
+            res.notes.append(
+                f"J={j}: **{r['noncontig_n']} folded miss ranges span fire times that ran** "
+                f"(e.g. `{ex[0]}` skipped range {ex[1]}..{ex[2]} with count {ex[3]}, fewer "
+                "than the fire times it spans): `claims.record_miss` folds a new miss into "
+                "the previous history record even when a run of the same job sat between "
+                "them. Counted by their own records here.")
+        if r["problems"]:
+            res.notes.append(f"J={j} node log warnings+: `{json.dumps(r['problems'])}`")
+    res.tables.append((
+        f"raftsched, {seconds} s window after warm-up (lags in ms)",
+        ["J", "fire times", "runs/s", "lag(start rec) p50", "p99", "max", "lag(call) p50",
+         "p99", "max", "dups", "not succeeded", "CPU ms/run (3 nodes)", "term"], rows))
+    res.tables.append((
+        "vs baselines measured in this invocation",
+        ["J", "APS runs/s", "APS lag p50", "APS lag p99", "APS lag max",
+         "runs/s ÷ APS", "lag(call) p99 ÷ APS p99", "lag(start rec) p99 ÷ APS p99",
+         "runs/s ÷ raw commits/s", "APS CPU ms/run"], ratio_rows))
+    res.tables.append((
+        "outcomes other than succeeded, duplicates, leader commits",
+        ["J", "outcomes (fire times in window)", "dup records", "dup executions",
+         "re-executed (retry)", "2+ outcomes", "leader commits in window",
+         "leader-loop commit mean ms", "commands applied/s (leader)", "apply ms/cmd"],
+        miss_rows))
+    res.tables.append((
+        "where the time goes, per run (p50 / p99 ms)",
+        ["J", "assigned ahead of fire time", "fire time → start submitted",
+         "start submitted → callable entered", "… on the leader node",
+         "… on follower nodes", "callable entered → finish submitted"],
+        part_rows))
+    res.notes += [
+        "Lag parts: *assigned ahead* = scheduled − assigned (the plan's lookahead, 100 ms "
+        "by default); *fire time → start submitted* = waiting for the instant, for the "
+        "worker wake-up and for a free slot (a slot stays busy until the run's finish "
+        "command commits); *start submitted → callable entered* = the start commit plus "
+        "the hop to the callable thread; *callable entered → finish submitted* = the run "
+        "plus waiting for the previous finish batch to commit.",
+        "*lag(start rec)* = `started_ms − scheduled_ms` from the run records: `started_ms` is "
+        "the `at` the worker stamps into its `start` command when it submits it, i.e. "
+        "**before** that command commits and before the callable runs.",
+        "*lag(call)* = the wall-clock time `bench.noop:stamp` was entered on the worker "
+        "thread − `scheduled_ms`: the same quantity as APScheduler's lag (actual call − "
+        "scheduled_run_time), so the ratio uses this one.",
+        "*runs/s* counts succeeded runs whose fire time lies in the window ÷ window. "
+        "*dups*: two started records with one (run_id, attempt) or two stamped executions "
+        "of one (run_id, attempt). *not succeeded*: fire times in the window without a "
+        "succeeded record (details in the third table).",
+        "*CPU ms/run*: utime+stime of all three node processes over the window ÷ runs. "
+        "raftsched runs 3 processes on 2 cores; APScheduler runs 1 process.",
+        f"raw commits/s = {fmt(raw)} (baseline a); a ratio above 1 is possible because a "
+        "plan/start/finish command carries many runs.",
+    ]
+    if curves:
+        res.plots.append(_plot_cdf(ctx, curves))
+    return res
+
+
+def _plot_cdf(ctx: Ctx, curves: dict[int, dict[str, list[float]]]) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for (j, cv), color in zip(sorted(curves.items()), colors, strict=False):
+        for key, style, label in (("call", "-", "raftsched call"),
+                                  ("start", ":", "raftsched start record"),
+                                  ("aps", "--", "APScheduler 3")):
+            xs = [max(x, 0.1) for x in cv[key]]
+            if not xs:
+                continue
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.plot(xs, ys, style, color=color, label=f"{label}, J={j}")
+    ax.set_xscale("log")
+    ax.set_xlabel("scheduling lag, ms (log; values < 0.1 ms drawn at 0.1)")
+    ax.set_ylabel("fraction of runs")
+    ax.set_title("W1: lag CDF per J (fire times in the window)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    path = os.path.join(ctx.out, f"{ctx.stamp}-w1-lag-cdf.png")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
