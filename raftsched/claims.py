@@ -29,7 +29,7 @@ _STARTED = RunState.started.value
 TAILS_KEPT = 5
 #: Outcomes a worker may report in ``finish``.
 _FINISH_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "shed", "cancelled",
-                              "lost"})
+                              "lost", "missed"})
 #: Outcomes a leader may record for a fire time that did not run.
 _MISS_OUTCOMES = frozenset({"missed", "skipped", "shed"})
 #: Outcomes a leader may impose on an active run.
@@ -297,8 +297,8 @@ def apply_finish(st: ClusterState, cmd: dict[str, Any], at: int) -> dict[str, An
     for run_id, fence, outcome, exit_code, tail, reason in _items(cmd, "items", 6):
         run = st.runs.get(run_id) if isinstance(run_id, str) else None
         ok_state = run is not None and (
-            run.state == _STARTED or (run.state == _ASSIGNED and outcome in ("shed",
-                                                                             "cancelled")))
+            (run.state == _STARTED and outcome != "missed")
+            or (run.state == _ASSIGNED and outcome in ("shed", "cancelled", "missed")))
         if (not ok_state or run.node != node or run.fence != fence
                 or not isinstance(outcome, str) or outcome not in _FINISH_OUTCOMES
                 or not (exit_code is None or _is_int(exit_code))

@@ -94,7 +94,8 @@ class Node:
             node_id=node_id, raft=self.raft, slots=self.me.workers,
             output_tail_bytes=cfg.limits.output_tail_bytes,
             allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
-            on_started=metrics.run_started if metrics is not None else None, fault=self.fault)
+            on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
+            prestart_ms=cfg.timing.lookahead_ms * 4 // 5)
         self.leader = LeaderLoop(self)
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=self.secret,

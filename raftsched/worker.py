@@ -30,9 +30,6 @@ log = logging.getLogger("raftsched.worker")
 
 #: How long one start/finish commit may take before it is retried.
 COMMIT_TIMEOUT_S = 5.0
-#: A run's start is committed up to this long before its instant, then the worker
-#: waits for the instant: commit latency does not become scheduling lag.
-PRESTART_MS = 60
 
 
 @dataclass(slots=True, kw_only=True)
@@ -85,7 +82,8 @@ class WorkerPool:
 
     def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
                  allowed_call_prefixes: tuple[str, ...], kill_grace_s: float = 2.0,
-                 base_env: dict[str, str], on_started: Any = None, fault: str = "") -> None:
+                 base_env: dict[str, str], on_started: Any = None, fault: str = "",
+                 prestart_ms: int = 0) -> None:
         self.node_id = node_id
         self.raft = raft
         self.slots = slots
@@ -95,6 +93,9 @@ class WorkerPool:
         self.base_env = base_env
         self.on_started = on_started
         self.fault = fault
+        # A run's start is committed up to this long before its instant, then the
+        # worker waits for the instant: commit latency does not become scheduling lag.
+        self.prestart_ms = prestart_ms
         self.local: dict[str, _Local] = {}
         self.finish_q: list[list[Any]] = []
         self.counters = _Counters()
@@ -211,16 +212,26 @@ class WorkerPool:
         ready: list[_Local] = []
         shed: list[_Local] = []
         next_at: float = 0.5
+        late: list[_Local] = []
         for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
                           key=lambda x: x.start_at_ms):
-            if loc.start_at_ms > now + PRESTART_MS:
-                next_at = min(next_at, (loc.start_at_ms - PRESTART_MS - now) / 1000)
+            if now - loc.start_at_ms > loc.grace_ms:
+                # Held past its grace (this node was down or frozen): too late to count
+                # as this fire time's run.
+                late.append(loc)
+                continue
+            if loc.start_at_ms > now + self.prestart_ms:
+                next_at = min(next_at, (loc.start_at_ms - self.prestart_ms - now) / 1000)
                 continue
             if free > 0:
                 ready.append(loc)
                 free -= 1
             elif now - loc.scheduled_ms > loc.grace_ms:
                 shed.append(loc)
+        for loc in late:
+            loc.phase = "finishing"
+            self._finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
+                                              reason="late: past its grace on this node"))
         for loc in shed:
             loc.phase = "finishing"
             self.counters.shed += 1
@@ -255,7 +266,7 @@ class WorkerPool:
     async def _start_batch(self, batch: list[_Local]) -> None:
         items = [[loc.run_id, loc.fence] for loc in batch]
         try:
-            # Claimed up to PRESTART_MS early, the start takes effect (and is recorded)
+            # Claimed up to prestart_ms early, the start takes effect (and is recorded)
             # at the runs' instant: the commit's latency never shows as lag.
             reply = await self._commit({"op": "start", "node": self.node_id, "items": items},
                                        at_floor=min(loc.start_at_ms for loc in batch))

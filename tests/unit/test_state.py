@@ -591,7 +591,7 @@ def test_finish_stale_or_malformed_rejected() -> None:
     put(st, "j")
     run_fire(st, "j", T0)
     run = st.runs[f"j@{T0}"]
-    # Assigned: only shed/cancelled may be reported before a start.
+    # Assigned: only shed/cancelled/missed may be reported before a start.
     assert finish(st, "n1", run.run_id, run.fence, T0 + 1) == [[False, run.fence]]
     start(st, "n1", run.run_id, run.fence, T0 + 1)
     snap = encode_state(st)
