@@ -41,6 +41,9 @@ class _Local:
     attempt: int
     start_at_ms: int
     grace_ms: int
+    #: Grace counts from the later of the start instant and the assignment: a catch-up
+    #: run is late by design, a run its node reaches seconds after assignment is not.
+    due_ms: int = 0
     phase: str = "waiting"  # waiting -> starting -> running -> finishing
     execution: Execution | None = None
     task: asyncio.Task[Any] | None = None
@@ -192,7 +195,7 @@ class WorkerPool:
                     scheduled_ms=run.scheduled_ms, attempt=run.attempt,
                     start_at_ms=max(run.scheduled_ms + jitter_ms(
                         spec.id, run.scheduled_ms, spec.jitter_ms), run.not_before_ms),
-                    grace_ms=spec.misfire.grace_ms))
+                    grace_ms=spec.misfire.grace_ms, due_ms=run.assigned_ms or 0))
             # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
             for run_id, loc in list(self.local.items()):
                 if loc.phase == "waiting":
@@ -215,7 +218,7 @@ class WorkerPool:
         late: list[_Local] = []
         for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
                           key=lambda x: x.start_at_ms):
-            if now - loc.start_at_ms > loc.grace_ms:
+            if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
                 # Held past its grace (this node was down or frozen): too late to count
                 # as this fire time's run.
                 late.append(loc)
@@ -226,7 +229,7 @@ class WorkerPool:
             if free > 0:
                 ready.append(loc)
                 free -= 1
-            elif now - loc.scheduled_ms > loc.grace_ms:
+            elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
                 shed.append(loc)
         for loc in late:
             loc.phase = "finishing"
