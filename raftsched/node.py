@@ -18,8 +18,8 @@ import zoneinfo
 from typing import Any
 
 from raftsched import events
-from raftsched.clock import now_ms, set_offset_ms
 from raftsched.api import ApiServer
+from raftsched.clock import now_ms, set_offset_ms
 from raftsched.codec import packb
 from raftsched.config import ClusterConfig, check_bind_safety, resolve_secret, split_addr
 from raftsched.errors import (

@@ -22,8 +22,14 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from raftsched import claims
-from raftsched.errors import Conflict, InvalidArgument, InvalidSpec, LimitExceeded, RaftschedError
-from raftsched.errors import UnknownJob
+from raftsched.errors import (
+    Conflict,
+    InvalidArgument,
+    InvalidSpec,
+    LimitExceeded,
+    RaftschedError,
+    UnknownJob,
+)
 from raftsched.model import ACTIVE_STATES, JobSpec, MissReason, Overlap, RunState, run_id_of
 from raftsched.records import JobRecord, NodeRecord, RunRecord
 from raftsched.trigger import latest_fire_at_or_before, next_fire

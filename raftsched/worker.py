@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raftsched.clock import now_ms
 from raftsched import events
+from raftsched.clock import now_ms
 from raftsched.errors import NotReady
 from raftsched.executor import Execution, ExecutionResult, RunContext
 from raftsched.trigger import jitter_ms
@@ -350,8 +350,8 @@ class WorkerPool:
                 continue
             batch, self.finish_q = self.finish_q, []
             try:
-                reply = await self._commit({"op": "finish", "node": self.node_id,
-                                            "items": batch})
+                # Refused items (stale fence) are logged by the node from the effect.
+                await self._commit({"op": "finish", "node": self.node_id, "items": batch})
             except Exception:  # noqa: BLE001 - stopping
                 return
             for item in batch:

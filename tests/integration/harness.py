@@ -65,6 +65,24 @@ def witness_command(path: str, sleep_s: float = 0.0) -> list[str]:
     return [sys.executable, "-c", script]
 
 
+def outcomes_by_fire_time(runs: list[dict[str, Any]], step_ms: int = 1000
+                          ) -> dict[int, list[str]]:
+    """fire time -> the outcomes recorded for it (``state:reason``), range records of
+    missed fire times expanded (schedules every ``step_ms``)."""
+    out: dict[int, list[str]] = {}
+    for run in runs:
+        end = run["until_ms"] or run["scheduled_ms"]
+        for t in range(run["scheduled_ms"], end + 1, step_ms):
+            out.setdefault(t, []).append(f"{run['state']}:{run['reason']}")
+    return out
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of a process, in kB."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
 def read_witness(path: str) -> list[dict[str, Any]]:
     if not os.path.exists(path):
         return []

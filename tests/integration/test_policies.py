@@ -9,8 +9,15 @@ import time
 
 import pytest
 
+from raftsched.durations import format_timestamp
 from raftsched.errors import Conflict
-from tests.integration.harness import read_witness, wait_until, witness_command
+from tests.integration.harness import (
+    outcomes_by_fire_time,
+    read_witness,
+    rss_kb,
+    wait_until,
+    witness_command,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -18,14 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def _sched(run_id: str) -> int:
     return int(run_id.rpartition("@")[2])
 
-
-def _outcomes(runs: list[dict]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = collections.defaultdict(list)
-    for run in runs:
-        end = run["until_ms"] or run["scheduled_ms"]
-        for t in range(run["scheduled_ms"], end + 1, 1000):
-            out[t].append(f"{run['state']}:{run['reason']}")
-    return out
 
 
 @pytest.mark.timeout(120)
@@ -61,7 +60,7 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
             rs = [r for rs in runs.values() for r in rs if r["run_id"] == run_id]
             assert any(r["state"] == "lost" and r["attempt"] == 1 for r in rs), rs
     for name in policies:
-        acc = _outcomes(runs[name])
+        acc = outcomes_by_fire_time(runs[name])
         # The outage: fire times already late (older than the 1 s grace) when the
         # restarted leader made its first plan.
         plan_ms = min(tr[0] for r in runs[name] for tr in r["transitions"]
@@ -123,7 +122,7 @@ def test_retries_back_off_with_a_new_fence_per_attempt(cluster_factory, tmp_path
     script[-1] += "sys.exit(3)\n"
     at = (int(time.time()) + 2) * 1000
     with c.client() as cl:
-        cl.put_job({"id": "flaky", "schedule": {"at": _rfc3339(at)}, "command": script,
+        cl.put_job({"id": "flaky", "schedule": {"at": format_timestamp(at)}, "command": script,
                     "retries": {"max": 2, "backoff": "1s"}})
         wait_until(lambda: [r for r in cl.runs("flaky")["runs"]
                             if r["state"] == "failed" and r["attempt"] == 3], 20,
@@ -146,7 +145,7 @@ def test_timeout_terminates_the_whole_process_group(cluster_factory, tmp_path):
     pidfile = tmp_path / "child.pid"
     at = (int(time.time()) + 2) * 1000
     with c.client() as cl:
-        cl.put_job({"id": "slow", "schedule": {"at": _rfc3339(at)}, "timeout": "1s",
+        cl.put_job({"id": "slow", "schedule": {"at": format_timestamp(at)}, "timeout": "1s",
                     "command": ["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"]})
         run = wait_until(lambda: [r for r in cl.runs("slow")["runs"]
                                   if r["state"] == "timed_out"], 20, "timed out")[0]
@@ -179,7 +178,6 @@ def test_pause_and_resume_with_and_without_catch_up(cluster_factory, tmp_path):
         cl.resume("p-catch", catch_up=True)
         wait_until(lambda: len(read_witness(ran)) >= n_paused + 4, 10, "runs after resume")
         plain = cl.runs("p-plain")["runs"]
-        catch = cl.runs("p-catch")["runs"]
     paused_rec = [r for r in plain if r["state"] == "missed" and r["reason"] == "paused"]
     assert paused_rec and paused_rec[0]["count"] >= 3
     caught = [r for r in read_witness(ran) if r["JOB_ID"] == "p-catch"
@@ -202,10 +200,10 @@ def test_overload_sheds_with_a_record_keeps_memory_bounded_and_spares_jobs_that_
             cl.put_job({"id": f"bulk{i}", "schedule": {"every": "1s"}, "tags": ["bulk"],
                         "misfire": {"policy": "skip", "grace": "1s"}, "overlap": "allow",
                         "command": witness_command(ran, sleep_s=1.5)})
-        rss0 = {n: _rss_kb(c.procs[n].pid) for n in ("n1", "n2")}
+        rss0 = {n: rss_kb(c.procs[n].pid) for n in ("n1", "n2")}
         t0 = time.time()
         time.sleep(10)
-        rss1 = {n: _rss_kb(c.procs[n].pid) for n in ("n1", "n2")}
+        rss1 = {n: rss_kb(c.procs[n].pid) for n in ("n1", "n2")}
         bulk = [r for i in range(40) for r in cl.runs(f"bulk{i}", limit=200)["runs"]]
         vip = cl.runs("vip", limit=200)["runs"]
         status = cl.status()
@@ -224,13 +222,3 @@ def test_overload_sheds_with_a_record_keeps_memory_bounded_and_spares_jobs_that_
     assert not [r for r in vip if r["state"] in ("shed", "missed")]
 
 
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def _rfc3339(ms: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + "Z"

@@ -33,7 +33,7 @@ from raftsched.client import Client
 from raftsched.codec import encode_command
 from raftsched.errors import InvalidSpec, RaftschedError, Unauthenticated, UnknownJob
 from tests.fuzz import RawConn, check_reply, envelope, packb
-from tests.integration.harness import ROOT, Cluster, free_ports, wait_until
+from tests.integration.harness import ROOT, Cluster, free_ports, rss_kb, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -244,10 +244,6 @@ def test_raft_port_with_a_password_never_unpickles_garbage_or_payloads(
         assert not os.path.exists(marker), f"the node unpickled our payload: {marker}"
 
 
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status", encoding="ascii") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-
 
 def test_raft_port_does_not_buffer_an_unbounded_message_from_a_stranger(
         cluster_factory: Any) -> None:
@@ -259,7 +255,7 @@ def test_raft_port_does_not_buffer_an_unbounded_message_from_a_stranger(
     nid = "n1"
     pid = cluster.procs[nid].pid
     host, _, port = cluster.raft[nid].rpartition(":")
-    before = _rss_kb(pid)
+    before = rss_kb(pid)
     sent = 0
     with socket.create_connection((host, int(port)), timeout=SOCK_TIMEOUT) as s:
         s.settimeout(SOCK_TIMEOUT)
@@ -273,9 +269,9 @@ def test_raft_port_does_not_buffer_an_unbounded_message_from_a_stranger(
             pass  # the node hung up on the oversized announcement: the fixed behaviour
         # Let the node read what is in flight (up to 3 s), measuring while still connected.
         deadline = time.monotonic() + 3.0
-        while _rss_kb(pid) - before < 12_000 and time.monotonic() < deadline:
+        while rss_kb(pid) - before < 12_000 and time.monotonic() < deadline:
             time.sleep(0.05)
-        grown_kb = _rss_kb(pid) - before
+        grown_kb = rss_kb(pid) - before
     assert cluster.alive(nid)
     assert grown_kb < 6_000, f"{sent >> 20} MiB sent: the node grew by {grown_kb >> 10} MiB"
 
