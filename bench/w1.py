@@ -22,6 +22,10 @@ from bench.common import Ctx, Result, bulk_batch, fmt, pysyncobj_problems
 SPEC_CALL = "bench.noop:stamp"
 
 
+#: Worker slots per node (raftsched.config.MAX_WORKERS).
+WORKERS = 1024
+
+
 def sizes(ctx: Ctx) -> tuple[list[int], int, int]:
     """(J values, window seconds, warm-up seconds)."""
     return ([100, 1000], 10, 3) if ctx.quick else ([100, 1000, 5000], 30, 5)
@@ -77,7 +81,9 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
     """One fire storm; with ``profile_s`` a py-spy recording of the leader runs inside
     the window (see :mod:`bench.profile`)."""
     tag = name or f"w1-{jobs}"
-    c = BenchCluster(ctx.dir(tag), workers=256, queue=4096, history_limit=1000)
+    # Every W1 job fires at the same instant: a node needs J/3 slots to start its share
+    # at once, so each node gets the most a node may have (MAX_WORKERS).
+    c = BenchCluster(ctx.dir(tag), workers=WORKERS, queue=4096, history_limit=1000)
     try:
         c.start_all()
         leader = c.wait_leader(60)

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import importlib
 import inspect
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from raftsched import callpool
 from raftsched.model import JobSpec
 from raftsched.procs import die_with_parent
 
@@ -95,6 +98,54 @@ class Execution:
         self.task: asyncio.Task[Any] | None = None
         self.stopped = False
         self.stop_reason = ""
+        # The callback path of start(): a sync callable on the shared thread pool.
+        self._on_done: Callable[[ExecutionResult], None] | None = None
+        self._calling = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._runner: asyncio.Future[ExecutionResult] | None = None
+
+    def start(self, on_done: Callable[[ExecutionResult], None]) -> asyncio.Future[Any] | None:
+        """Begin executing now; ``on_done(result)`` is called once on the loop. Returns
+        the task of an argv or async run (None for a sync callable on the pool).
+
+        A sync callable is handed to the thread pool with a done-callback and a timer
+        instead of a task awaiting futures: at thousands of runs starting in the same
+        instant, the per-run event-loop work is what shows as scheduling lag."""
+        try:
+            func = resolve_callable(self.spec.call, self.allowed) if self.spec.call else None
+        except Exception as exc:  # noqa: BLE001 - a bad call is the run's failure
+            on_done(_raised(exc, self.tail_bytes))
+            return None
+        if func is None or inspect.iscoroutinefunction(func):
+            runner = asyncio.ensure_future(self.run())
+            runner.add_done_callback(lambda t: on_done(
+                t.result() if not t.cancelled() else
+                ExecutionResult(outcome="lost", exit_code=None, tail="", reason="cancelled")))
+            self._runner = runner  # the loop keeps only a weak reference to tasks
+            return runner
+        loop = asyncio.get_running_loop()
+        self._on_done = on_done
+        self._timer = loop.call_later(self.spec.timeout_ms / 1000, self._settle, ExecutionResult(
+            outcome="timed_out", exit_code=None, tail="",
+            reason=f"timeout {self.spec.timeout_ms // 1000}s"))
+        self._calling = True
+        callpool.shared(_CALL_THREADS).submit(loop, func, self.ctx, self._called)
+        return None
+
+    def _called(self, value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            self._settle(_raised(exc, self.tail_bytes))
+            return
+        self._settle(ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
+                                     tail="" if value is None else str(value)[-self.tail_bytes:]))
+
+    def _settle(self, result: ExecutionResult) -> None:
+        on_done, self._on_done = self._on_done, None
+        if on_done is None:
+            return  # already settled (a timeout, a stop, then the thread's return)
+        if self._timer is not None:
+            self._timer.cancel()
+        on_done(result)
 
     async def run(self) -> ExecutionResult:
         try:
@@ -114,6 +165,9 @@ class Execution:
             _signal_group(self.proc.pid, signal.SIGTERM)
             asyncio.get_running_loop().call_later(grace_s, _signal_group, self.proc.pid,
                                                   signal.SIGKILL)
+        elif self._calling:
+            # A thread cannot be killed: the run ends lost now and its thread is abandoned.
+            self._settle(ExecutionResult(outcome="lost", exit_code=None, tail="", reason=reason))
         elif self.task is not None:
             self.task.cancel()
 
@@ -175,17 +229,13 @@ class Execution:
                 del tail[: len(tail) - self.tail_bytes]
 
     async def _run_call(self) -> ExecutionResult:
+        """An ``async def`` callable, as a task on the node's loop (sync ones go to the
+        call pool from :meth:`start`)."""
         func = resolve_callable(self.spec.call or "", self.allowed)
-        timeout = self.spec.timeout_ms / 1000
-        if inspect.iscoroutinefunction(func):
-            self.task = asyncio.ensure_future(func(self.ctx))
-        else:
-            loop = asyncio.get_running_loop()
-            self.task = asyncio.ensure_future(loop.run_in_executor(_pool(), func, self.ctx))
+        self.task = asyncio.ensure_future(func(self.ctx))
         try:
-            value = await asyncio.wait_for(asyncio.shield(self.task), timeout)
+            value = await asyncio.wait_for(asyncio.shield(self.task), self.spec.timeout_ms / 1000)
         except TimeoutError:
-            # A thread cannot be killed: the run is recorded timed out and abandoned.
             self.task.cancel()
             return ExecutionResult(outcome="timed_out", exit_code=None, tail="",
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
@@ -195,16 +245,16 @@ class Execution:
             return ExecutionResult(outcome="lost", exit_code=None, tail="",
                                    reason=self.stop_reason)
         except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
-            return ExecutionResult(outcome="failed", exit_code=None,
-                                   tail=f"{type(exc).__name__}: {exc}"[-self.tail_bytes:],
-                                   reason=f"raised {type(exc).__name__}")
+            return _raised(exc, self.tail_bytes)
         text = "" if value is None else str(value)[-self.tail_bytes:]
         return ExecutionResult(outcome="succeeded", exit_code=None, tail=text,
                                reason="returned")
 
 
+@functools.lru_cache(maxsize=4096)
 def resolve_callable(call: str, allowed: tuple[str, ...]) -> Any:
-    """Import ``package.module:function``, only under an allowed module prefix."""
+    """Import ``package.module:function``, only under an allowed module prefix (cached:
+    it is on the path of every run; a failed import is not cached)."""
     module_name, _, attr = call.partition(":")
     if not any(module_name == p or module_name.startswith(p + ".") for p in allowed):
         raise PermissionError(f"module {module_name!r} is not under an allowed prefix")
@@ -214,17 +264,12 @@ def resolve_callable(call: str, allowed: tuple[str, ...]) -> Any:
     return func
 
 
+def _raised(exc: BaseException, tail_bytes: int) -> ExecutionResult:
+    return ExecutionResult(outcome="failed", exit_code=None,
+                           tail=f"{type(exc).__name__}: {exc}"[-tail_bytes:],
+                           reason=f"raised {type(exc).__name__}")
+
+
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-
-
-_POOL: Any = None
-
-
-def _pool() -> Any:
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-        _POOL = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefix="rs-call")
-    return _POOL

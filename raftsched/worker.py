@@ -46,7 +46,6 @@ class _Local:
     due_ms: int = 0
     phase: str = "waiting"  # waiting -> starting -> running -> finishing
     execution: Execution | None = None
-    task: asyncio.Task[Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +104,9 @@ class WorkerPool:
         self._wake = asyncio.Event()
         self._finish_wake = asyncio.Event()
         self._stopping = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        #: Launched runs by their start instant (epoch ms), each group one loop timer.
+        self._at: dict[int, list[_Local]] = {}
 
     # ------------------------------------------------------------ signals from the node
 
@@ -308,13 +309,26 @@ class WorkerPool:
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
                                   tail_bytes=self.tail_bytes, allowed=self.allowed,
                                   kill_grace_s=self.kill_grace_s)
-        self._spawn(self._execute(loc))
+        # One timer per start instant, not one sleeping task per run: a thousand runs
+        # due at the same second then cost one wake-up.
+        group = self._at.get(loc.start_at_ms)
+        if group is None:
+            group = self._at[loc.start_at_ms] = []
+            loop = asyncio.get_running_loop()
+            loop.call_at(loop.time() + max(0, loc.start_at_ms - now_ms()) / 1000,
+                         self._fire, loc.start_at_ms)
+        group.append(loc)
 
-    async def _execute(self, loc: _Local) -> None:
+    def _fire(self, at_ms: int) -> None:
+        if now_ms() < at_ms:
+            # Never before the scheduled instant (the loop's clock is not the wall clock).
+            asyncio.get_running_loop().call_later((at_ms - now_ms()) / 1000, self._fire, at_ms)
+            return
+        for loc in self._at.pop(at_ms, ()):
+            self._begin(loc)
+
+    def _begin(self, loc: _Local) -> None:
         assert loc.execution is not None
-        wait = (loc.start_at_ms - now_ms()) / 1000
-        if wait > 0:
-            await asyncio.sleep(wait)  # never before the scheduled instant
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster while waiting: it never ran
         if loc.execution.stopped:
@@ -328,7 +342,12 @@ class WorkerPool:
             self.on_started(lag_ms / 1000)
         events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
                     attempt=loc.attempt, lag_ms=lag_ms)
-        result = await loc.execution.run()
+        runner = loc.execution.start(lambda result: self._ended(loc, result))
+        if runner is not None:
+            self._tasks.add(runner)
+            runner.add_done_callback(self._tasks.discard)
+
+    def _ended(self, loc: _Local, result: ExecutionResult) -> None:
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = "finishing"

@@ -22,8 +22,8 @@ BANNED_MODULES = {"time", "threading", "socket", "asyncio", "os", "random", "uui
                   "secrets", "logging", "concurrent", "io", "pathlib", "shutil", "tempfile",
                   "urllib", "http", "ssl"}
 #: raftsched modules of the node, network and process layers.
-BANNED_RAFTSCHED = {"raft", "node", "worker", "api", "client", "cli", "executor", "leaderloop",
-                    "metrics", "status", "local", "embedded", "events", "config"}
+BANNED_RAFTSCHED = {"raft", "node", "worker", "api", "client", "cli", "executor", "callpool",
+                    "leaderloop", "metrics", "status", "local", "embedded", "events", "config"}
 #: Modules only some core modules may import.
 RESTRICTED = {
     "zoneinfo": {"trigger"},

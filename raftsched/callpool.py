@@ -1,0 +1,105 @@
+"""The threads that run sync Python-callable jobs, handing results back to the loop.
+
+``concurrent.futures.ThreadPoolExecutor`` costs a ``Future`` (and its ``Condition``)
+per call and one loop wake-up per result; with a thousand runs due in the same
+instant that per-run work is what shows as scheduling lag. Here a call is one tuple
+on a ``SimpleQueue``; results go back to their event loop in batches, one
+``call_soon_threadsafe`` per batch. Threads are started on demand up to a bound, and
+are daemons: a callable that never returns must not keep the node from exiting (a
+thread cannot be killed; its run is recorded timed out or lost and abandoned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("raftsched.callpool")
+
+#: Callback given the callable's return value and the exception it raised (or None).
+Done = Callable[[Any, BaseException | None], None]
+
+
+class CallPool:
+    """Up to ``size`` threads calling ``func(arg)``; see the module docstring."""
+
+    def __init__(self, size: int, name: str = "rs-call") -> None:
+        self.size = size
+        self.name = name
+        self._q: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+        # Per loop: results not yet delivered (a drain is scheduled while non-empty).
+        self._results: dict[asyncio.AbstractEventLoop, list[tuple[Done, Any, Any]]] = {}
+
+    def submit(self, loop: asyncio.AbstractEventLoop, func: Callable[[Any], Any], arg: Any,
+               done: Done) -> None:
+        """Call ``func(arg)`` on a pool thread; ``done(value, exc)`` runs on ``loop``."""
+        self._q.put((loop, func, arg, done))
+        with self._lock:
+            spawn = self._idle < self._q.qsize() and self._threads < self.size
+            if spawn:
+                self._threads += 1
+                n = self._threads
+        if spawn:
+            threading.Thread(target=self._work, name=f"{self.name}-{n}", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            item = self._q.get()
+            with self._lock:
+                self._idle -= 1
+            if item is None:
+                return
+            loop, func, arg, done = item
+            try:
+                value, exc = func(arg), None
+            except BaseException as e:  # noqa: BLE001 - reported as the run's failure
+                value, exc = None, e
+            del item, func, arg
+            self._deliver(loop, done, value, exc)
+
+    def _deliver(self, loop: asyncio.AbstractEventLoop, done: Done, value: Any,
+                 exc: BaseException | None) -> None:
+        with self._lock:
+            pending = self._results.get(loop)
+            first = pending is None
+            if first:
+                pending = self._results[loop] = []
+            pending.append((done, value, exc))
+        if first:
+            try:
+                loop.call_soon_threadsafe(self._drain, loop)
+            except RuntimeError:
+                # The loop is closed (its node shut down): the result has no reader.
+                with self._lock:
+                    self._results.pop(loop, None)
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            batch = self._results.pop(loop, [])
+        for done, value, exc in batch:
+            try:
+                done(value, exc)
+            except Exception:  # noqa: BLE001 - one bad callback must not drop the others
+                log.exception("call result callback failed")
+
+
+_POOL: CallPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def shared(size: int) -> CallPool:
+    """The process-wide pool (created on first use)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = CallPool(size)
+        return _POOL
