@@ -82,6 +82,63 @@ _cap_raft_messages(MAX_RAFT_MESSAGE)
 os.register_at_fork(after_in_child=die_with_parent)
 
 
+def known_prefix(prev_term: int, entries: list[Any], held: list[Any]) -> int:
+    """How many leading ``entries`` (``(command, index, term)``) a follower already holds.
+
+    ``held`` is the follower's log from the entry at the message's ``prevLogIdx`` on;
+    an entry is held when the follower has the same index with the same term (Raft's
+    log matching: then it is the same entry). 0 when the previous entry itself does not
+    match (pysyncobj then refuses the message anyway)."""
+    if not held or held[0][2] != prev_term:
+        return 0
+    n = 0
+    for k, entry in enumerate(entries):
+        if k + 1 >= len(held) or held[k + 1][1] != entry[1] or held[k + 1][2] != entry[2]:
+            break
+        n += 1
+    return n
+
+
+class _RaftSyncObj(SyncObj):  # type: ignore[misc]
+    """SyncObj with Raft's rule for a follower's log on append_entries (§5.3).
+
+    pysyncobj 0.3.17 deletes every entry after ``prevLogIdx`` whenever the follower holds
+    more, then appends what came, even when what came is entries the follower already
+    holds (a leader re-sending from a stale next index, which happens under load: the
+    ``truncating already-applied log entries`` CRITICAL line). Entries it had
+    acknowledged are gone: if the leader dies before re-sending them, a committed and
+    applied entry may be on no majority any more and the state machines can diverge.
+    Here the entries the follower holds are dropped from the message first; what is
+    left is truncated only from a real conflict. When nothing is left the log is kept
+    as is, and the commit index may not pass the last entry the leader vouched for.
+    """
+
+    _rs_keep_log = False
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        entries = message.get("entries") if isinstance(message, dict) else None
+        if (entries and message.get("type") == "append_entries" and "prevLogIdx" in message
+                and "transmission" not in message):
+            held = self._SyncObj__getEntries(message["prevLogIdx"], len(entries) + 1)
+            n = known_prefix(message["prevLogTerm"], entries, held)
+            if n:
+                last = entries[n - 1]
+                message = dict(message, prevLogIdx=last[1], prevLogTerm=last[2],
+                               entries=entries[n:])
+                if n == len(entries):
+                    message["commit_index"] = min(message["commit_index"], last[1])
+                    self._rs_keep_log = True
+                    try:
+                        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+                    finally:
+                        self._rs_keep_log = False
+        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+
+    def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:
+        if not self._rs_keep_log:
+            super()._SyncObj__deleteEntriesFrom(from_idx)
+
+
 class _Snapshot:
     """Pickled by pysyncobj in its dump child; reduces to plain msgpack bytes."""
 
@@ -167,7 +224,7 @@ class RaftNode:
             autoTickPeriod=0.002 if not peers else 0.05,
         )
         self._consumer = _Consumer(self)
-        self.sync = SyncObj(self_addr, self.peers, conf=conf, consumers=[self._consumer])
+        self.sync = _RaftSyncObj(self_addr, self.peers, conf=conf, consumers=[self._consumer])
         self.self_node = self.sync.selfNode
         self.peer_nodes = {str(n.address if hasattr(n, "address") else n): n
                            for n in self.sync.otherNodes}
