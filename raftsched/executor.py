@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftsched import callpool
+from raftsched.guard import Guard
 from raftsched.model import JobSpec
 from raftsched.procs import die_with_parent
 
@@ -87,13 +88,15 @@ class Execution:
     """One execution; :meth:`run` once, :meth:`stop` from anywhere on the loop."""
 
     def __init__(self, *, spec: JobSpec, ctx: RunContext, base_env: dict[str, str],
-                 tail_bytes: int, allowed: tuple[str, ...], kill_grace_s: float) -> None:
+                 tail_bytes: int, allowed: tuple[str, ...], kill_grace_s: float,
+                 guard: Guard | None = None) -> None:
         self.spec = spec
         self.ctx = ctx
         self.base_env = base_env
         self.tail_bytes = tail_bytes
         self.allowed = allowed
         self.kill_grace_s = kill_grace_s
+        self.guard = guard
         self.proc: asyncio.subprocess.Process | None = None
         self.task: asyncio.Task[Any] | None = None
         self.stopped = False
@@ -184,6 +187,8 @@ class Execution:
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=f"cannot execute: {exc.strerror or exc}"[:200])
+        if self.guard is not None:
+            self.guard.add(self.proc.pid)
         tail = bytearray()
         reader = asyncio.ensure_future(self._read(tail))
         timed_out = False
@@ -206,6 +211,13 @@ class Execution:
             reader.cancel()
         code = self.proc.returncode
         text = bytes(tail).decode("utf-8", "replace")
+        if self.guard is not None:
+            self.guard.remove(self.proc.pid)
+            guarded = self.guard.killed(self.proc.pid)
+            if guarded is not None and not timed_out and not self.stopped:
+                # Killed while this node was frozen: the cluster may have moved the run.
+                return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+                                       reason=guarded)
         if timed_out:
             return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")

@@ -30,6 +30,7 @@ from raftsched.errors import (
     RaftschedError,
     from_wire,
 )
+from raftsched.guard import Guard
 from raftsched.leaderloop import LeaderLoop
 from raftsched.model import JobSpec
 from raftsched.raft import RaftNode
@@ -90,12 +91,21 @@ class Node:
         # The job processes inherit the node's environment, never the cluster secret.
         base_env = {k: v for k, v in env.items()
                     if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
+        fence_after_s = cfg.timing.node_timeout_ms / 2000
+        try:
+            # Kills this node's job process groups if the node freezes (see guard.py);
+            # after the self-fence would have, before the leader releases the runs.
+            self.guard: Guard | None = Guard(fence_after_s + 0.3, os.path.join(node_dir, "guard"))
+        except OSError as exc:
+            log.warning("no guard process (%s): a frozen node's jobs keep running", exc)
+            self.guard = None
         self.worker = WorkerPool(
             node_id=node_id, raft=self.raft, slots=self.me.workers,
             output_tail_bytes=cfg.limits.output_tail_bytes,
             allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
             on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
-            prestart_ms=cfg.timing.lookahead_ms * 4 // 5)
+            prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
+            fence_grace_s=fence_after_s / 2, guard=self.guard)
         self.leader = LeaderLoop(self)
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=self.secret,
@@ -186,6 +196,8 @@ class Node:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self.raft.destroy()
+            if self.guard is not None:
+                self.guard.close()
             events.emit("node.stopped", node=self.node_id)
 
     def stop(self) -> None:
@@ -213,6 +225,8 @@ class Node:
                         "tags": list(self.me.tags), "api": self.me.api}))
                 except RaftschedError:
                     pending = None
+            if self.guard is not None and now - self.last_ack_send <= fence_after:
+                self.guard.tick()
             if now - self.last_ack_send > fence_after and not self.fenced:
                 self.fenced = True
                 self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))

@@ -24,6 +24,7 @@ from raftsched.executor import Execution, ExecutionResult, RunContext
 from raftsched.trigger import jitter_ms
 
 if TYPE_CHECKING:
+    from raftsched.guard import Guard
     from raftsched.raft import RaftNode
 
 log = logging.getLogger("raftsched.worker")
@@ -85,13 +86,18 @@ class WorkerPool:
     def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
                  allowed_call_prefixes: tuple[str, ...], kill_grace_s: float = 2.0,
                  base_env: dict[str, str], on_started: Any = None, fault: str = "",
-                 prestart_ms: int = 0) -> None:
+                 prestart_ms: int = 0, fence_grace_s: float | None = None,
+                 guard: Guard | None = None) -> None:
         self.node_id = node_id
         self.raft = raft
         self.slots = slots
         self.tail_bytes = output_tail_bytes
         self.allowed = allowed_call_prefixes
         self.kill_grace_s = kill_grace_s
+        # A self-fenced run must be dead before the leader releases it (node timeout),
+        # whatever its SIGTERM handler does: its SIGKILL comes sooner than a stop's.
+        self.fence_grace_s = min(kill_grace_s, fence_grace_s or kill_grace_s)
+        self.guard = guard
         self.base_env = base_env
         self.on_started = on_started
         self.fault = fault
@@ -131,7 +137,7 @@ class WorkerPool:
             return
         self.counters.self_fenced += 1
         for loc in running:
-            loc.execution.stop(self.kill_grace_s, f"self-fenced: {reason}")  # type: ignore[union-attr]
+            loc.execution.stop(self.fence_grace_s, f"self-fenced: {reason}")  # type: ignore[union-attr]
         log.warning("stopped %d runs: %s", len(running), reason)
         events.emit("node.self_fenced", node=self.node_id, level=logging.WARNING,
                     runs=len(running), reason=reason)
@@ -308,7 +314,7 @@ class WorkerPool:
                          fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
                                   tail_bytes=self.tail_bytes, allowed=self.allowed,
-                                  kill_grace_s=self.kill_grace_s)
+                                  kill_grace_s=self.kill_grace_s, guard=self.guard)
         # One timer per start instant, not one sleeping task per run: a thousand runs
         # due at the same second then cost one wake-up.
         group = self._at.get(loc.start_at_ms)

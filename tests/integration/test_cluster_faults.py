@@ -8,8 +8,10 @@ Measured figures are printed (run with ``-s`` to see them).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -24,6 +26,14 @@ from tests.integration.harness import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def read_jsonl(path: str) -> list[dict]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.endswith("\n")]
+    except FileNotFoundError:
+        return []
 
 
 
@@ -247,7 +257,8 @@ def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_pa
     at = (int(time.time()) + 2) * 1000
     with c.client() as cl:
         cl.put_job({"id": "cut", "schedule": {"at": format_timestamp(at)}, "tags": [lonely],
-                    "command": ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"]})
+                    # It ignores SIGTERM: only the SIGKILL that follows can stop it.
+                    "command": ["sh", "-c", f"trap '' TERM; echo $$ > {pidfile}; exec sleep 60"]})
         wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 15, "job started")
     pid = int(pidfile.read_text())
     # The majority freezes: the lonely node can no longer commit anything.
@@ -268,8 +279,64 @@ def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_pa
     assert "self-fenced" in runs[0]["reason"] or "lost" in runs[0]["reason"], runs[0]
     fenced = [e for e in c.events(lonely) if e.get("event") == "node.self_fenced"]
     assert fenced, "the node logged that it fenced itself"
+    # Fenced after 1 s, SIGKILLed a quarter node timeout later: dead before the leader
+    # can release the run (2 s) and start it elsewhere.
+    assert stopped_after < 2.0, f"a SIGTERM-proof run lived {stopped_after:.2f}s"
     print(f"\ncut-off node stopped its run after {stopped_after:.2f}s "
           f"(node_timeout 2s, fence after 1s)")
+
+
+ALIVE_SCRIPT = """
+import json, os, sys, time
+out = sys.argv[1]
+e = os.environ
+rec = {"pid": os.getpid(), "node": e["RAFTSCHED_NODE_ID"], "attempt": e["RAFTSCHED_ATTEMPT"],
+       "t": time.time()}
+with open(out + ".jsonl", "a") as f:
+    f.write(json.dumps(rec) + "\\n")
+for _ in range(1200):  # up to a minute, each 50 ms saying it still runs
+    with open(f"{out}.{os.getpid()}.alive", "w") as f:
+        f.write(repr(time.time()))
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_frozen_node_s_run_is_killed_before_it_is_retried_elsewhere(cluster_factory,
+                                                                       tmp_path):
+    c = cluster_factory(3)
+    c.start_all()
+    c.wait_leader()
+    out = str(tmp_path / "w")
+    at = (int(time.time()) + 2) * 1000
+    with c.client() as cl:
+        cl.put_job({"id": "frozen", "schedule": {"at": format_timestamp(at)},
+                    "on_node_lost": "retry", "command": [sys.executable, "-c", ALIVE_SCRIPT, out]})
+    first = wait_until(lambda: read_jsonl(out + ".jsonl"), 15, "attempt 1 started")[0]
+    victim = first["node"]
+    # SIGSTOP freezes the node, not its job (its own process group): only the guard
+    # process beside the node can stop the job before the leader retries the run.
+    t_freeze = time.time()
+    c.signal(victim, signal.SIGSTOP)
+    try:
+        second = wait_until(lambda: [r for r in read_jsonl(out + ".jsonl")
+                                     if r["attempt"] == "2"], 20, "attempt 2 elsewhere")[0]
+        first_gone = wait_until(lambda: not os.path.exists(f"/proc/{first['pid']}")
+                                or open(f"/proc/{first['pid']}/stat").read().split()[2] == "Z",
+                                10, "attempt 1 killed")
+        assert first_gone
+        last_alive = float(open(f"{out}.{first['pid']}.alive").read())
+    finally:
+        c.signal(victim, signal.SIGCONT)
+    assert second["node"] != victim
+    assert last_alive < second["t"], (
+        f"attempt 1 still ran {last_alive - second['t']:.2f}s after attempt 2 started")
+    with c.client() as cl:
+        runs = wait_until(lambda: [r for r in cl.runs("frozen")["runs"] if r["attempt"] == 1
+                                   and r["state"] == "lost"], 20, "attempt 1 recorded lost")
+    assert victim in runs[0]["reason"] or "guard" in runs[0]["reason"], runs[0]
+    print(f"\nfrozen node: its run killed {last_alive - t_freeze:.2f}s after the SIGSTOP, "
+          f"attempt 2 started {second['t'] - t_freeze:.2f}s after it")
 
 
 @pytest.mark.timeout(180)

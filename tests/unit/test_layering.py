@@ -23,7 +23,8 @@ BANNED_MODULES = {"time", "threading", "socket", "asyncio", "os", "random", "uui
                   "urllib", "http", "ssl"}
 #: raftsched modules of the node, network and process layers.
 BANNED_RAFTSCHED = {"raft", "node", "worker", "api", "client", "cli", "executor", "callpool",
-                    "leaderloop", "metrics", "status", "local", "embedded", "events", "config"}
+                    "guard", "leaderloop", "metrics", "status", "local", "embedded", "events",
+                    "config"}
 #: Modules only some core modules may import.
 RESTRICTED = {
     "zoneinfo": {"trigger"},
