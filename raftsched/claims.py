@@ -48,7 +48,7 @@ def new_run(st: ClusterState, rec: JobRecord, sched: int, at: int, *, manual: bo
     st.runs[run.run_id] = run
     if run.state == _PENDING:
         st.pending[run.run_id] = None
-    rec.active.append(run.run_id)
+    rec.add_active(run.run_id)
     st.effects.append(("created", run.run_id))
     return run
 
@@ -80,8 +80,8 @@ def end_run(st: ClusterState, run: RunRecord, at: int, state: RunState, reason: 
     st.runs.pop(run.run_id, None)
     st.pending.pop(run.run_id, None)
     rec = st.jobs.get(run.job_id)
-    if rec is not None and run.run_id in rec.active:
-        rec.active.remove(run.run_id)
+    if rec is not None:
+        rec.drop_active(run.run_id)
     run.state = state.value
     run.reason = reason
     run.finished_ms = at

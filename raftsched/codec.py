@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import struct
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Any
 
 import msgpack
@@ -106,16 +106,34 @@ def spec_to_row(spec: JobSpec) -> list[Any]:
 
 
 class _Interner:
-    """Builds each distinct sub-record once per restore, keyed by its raw row."""
+    """Builds each distinct sub-record once per restore, keyed by its raw row, and
+    shares equal strings and integers: msgpack makes a fresh object for every value
+    it decodes, so a restored million-job state would otherwise hold a million copies
+    of the same call string (64 bytes each) and of each timestamp (32 bytes)."""
+
+    #: Bound on the value cache (cleared when reached): most distinct values are
+    #: met again within a few rows (jobs sorted by id were mostly put together).
+    LIMIT = 100_000
 
     def __init__(self) -> None:
         self.cache: dict[Any, Any] = {}
+        self.values: dict[Any, Any] = {}
 
     def get(self, key: Any, build: Any) -> Any:
         found = self.cache.get(key)
         if found is None:
             found = self.cache[key] = build()
         return found
+
+    def share(self, value: Any) -> Any:
+        """An equal object met before, else ``value``. Exact ints and strings only (no
+        int equals a string): a bool or a float must not come back as an equal int."""
+        if type(value) is not int and type(value) is not str:
+            return value
+        values = self.values
+        if len(values) >= self.LIMIT:
+            values.clear()
+        return values.setdefault(value, value)
 
 
 _OVERLAP = {m.value: m for m in Overlap}
@@ -136,10 +154,12 @@ def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
     return JobSpec(
         id=job_id, schedule=schedule,
         command=it.get(("c", *command), lambda: tuple(command)) if command is not None
-        else None, call=call, timeout_ms=timeout, overlap=_OVERLAP[overlap],
-        misfire=misfire, retries=retries, on_node_lost=_LOST[lost],
-        tags=it.get(("t", *tags), lambda: tuple(tags)) if tags else (), jitter_ms=jitter,
-        paused=paused, env=env if env else NO_ENV)
+        else None, call=it.share(call), timeout_ms=it.share(timeout),
+        overlap=_OVERLAP[overlap], misfire=misfire, retries=retries, on_node_lost=_LOST[lost],
+        tags=it.get(("t", *tags), lambda: tuple(tags)) if tags else (),
+        jitter_ms=it.share(jitter), paused=paused,
+        # Equal envs are shared like the state shares them (never mutated).
+        env=it.get(("e", *env.items()), lambda: env) if env else NO_ENV)
 
 
 # ------------------------------------------------------------------ snapshots
@@ -189,34 +209,126 @@ def _encode_state(st: ClusterState) -> bytes:
 def decode_state(blob: bytes) -> ClusterState:
     """Rebuild a state from :func:`encode_state` bytes; refuses unknown versions."""
     with _gc_paused():
-        return _decode_state(blob)
+        try:
+            return _decode_state(blob)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - truncated, reshaped: not our snapshot
+            raise ProtocolError(f"undecodable snapshot: {type(exc).__name__}: "
+                                f"{exc}"[:300]) from None
 
 
 def _decode_state(blob: bytes) -> ClusterState:
-    d = unpackb(blob)
-    if not isinstance(d, dict) or type(d.get("v")) is not int or d["v"] != SNAPSHOT_VERSION:
-        raise ProtocolError(f"snapshot version {d.get('v') if isinstance(d, dict) else '?'} "
+    # Streamed, one row at a time: unpacking the whole blob first made every row's
+    # lists and strings (~1 KB per job) at once, and the records built next were
+    # scattered among them, so the freed rows left the allocator's arenas pinned —
+    # a restored node held ~1.2 KB per job more than the one that applied the log.
+    up = msgpack.Unpacker(_BlobReader(blob), raw=False, strict_map_key=True, use_list=True)
+    keys = up.read_map_header()
+    first = up.unpack() if keys else None
+    version = up.unpack() if first == "v" else None
+    if type(version) is not int or version != SNAPSHOT_VERSION:
+        raise ProtocolError(f"snapshot version {version if first == 'v' else '?'} "
                             f"is not {SNAPSHOT_VERSION}")
-    st = ClusterState(history_limit=d["history_limit"])
-    st.fence = d["fence"]
-    st.applied = d["applied"]
-    st.leader = d["leader"]
-    st.totals = d["totals"]
+    st = ClusterState()
     intern = _Interner()
-    for spec_row, version, created, updated, hwm, nxt, active, last in d["jobs"]:
-        spec = spec_from_row(spec_row, intern)
-        st.jobs[spec.id] = JobRecord(spec, version=version, created_ms=created,
-                                     updated_ms=updated, hwm_ms=hwm, next_ms=nxt,
-                                     active=active, last=tuple(last) if last else None)
-    for row in d["runs"]:
-        run = RunRecord.from_row(row)
-        st.runs[run.run_id] = run
-    for job_id, rows in d["history"]:
-        hist = st.history.setdefault(job_id, deque(maxlen=st.history_limit))
-        hist.extend(RunRecord.from_row(r) for r in rows)
-    for row in d["nodes"]:
+    rest: dict[str, Any] = {}
+    for _ in range(keys - 1):
+        key = up.unpack()
+        if key == "jobs":
+            _decode_jobs(up, st, intern)
+        elif key == "runs":
+            for _ in range(up.read_array_header()):
+                run = _run_from_row(up.unpack(), st, intern)
+                st.runs[run.run_id] = run
+        elif key == "history":
+            for _ in range(up.read_array_header()):
+                if up.read_array_header() != 2:
+                    raise ProtocolError("malformed snapshot history")
+                job_id = _shared_id(st, up.unpack())
+                hist = st.history.setdefault(job_id, deque(maxlen=st.history_limit))
+                for _ in range(up.read_array_header()):
+                    hist.append(_run_from_row(up.unpack(), st, intern))
+        elif key == "dedupe":
+            for _ in range(up.read_array_header()):
+                rid, reply = up.unpack()
+                st.dedupe[rid] = _shared_reply(st, reply)
+        elif key == "history_limit":
+            # Written before "history", whose deques take it as their bound.
+            st.history_limit = up.unpack()
+        else:
+            rest[key] = up.unpack()
+    try:
+        up.skip()
+    except msgpack.OutOfData:
+        pass
+    else:
+        raise ProtocolError("trailing data after the snapshot")
+    st.fence = rest["fence"]
+    st.applied = rest["applied"]
+    st.leader = rest["leader"]
+    st.totals = rest["totals"]
+    for row in rest["nodes"]:
         node = NodeRecord.from_row(row)
         st.nodes[node.node_id] = node
-    st.dedupe = OrderedDict((k, v) for k, v in d["dedupe"])
     st.rebuild_indexes()
     return st
+
+
+class _BlobReader:
+    """The blob as the file-like object an Unpacker pulls from, a small slice at a
+    time: ``Unpacker.feed`` would copy all of it (as much memory again as the
+    snapshot). The unpacker wants bytes, not a memoryview."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+        self.pos = 0
+
+    def read(self, size: int) -> bytes:
+        chunk = self.blob[self.pos:self.pos + size]
+        self.pos += len(chunk)
+        return chunk
+
+
+def _decode_jobs(up: msgpack.Unpacker, st: ClusterState, intern: _Interner) -> None:
+    share = intern.share
+    for _ in range(up.read_array_header()):
+        spec_row, version, created, updated, hwm, nxt, active, last = up.unpack()
+        spec = spec_from_row(spec_row, intern)
+        # An "at" job's next fire is its schedule's instant: one int for all such jobs.
+        # The other times repeat from row to row (jobs put by one command share its
+        # "at"), hence share().
+        if nxt is not None and nxt == spec.schedule.at_ms:
+            nxt = spec.schedule.at_ms
+        st.jobs[spec.id] = JobRecord(spec, version=version, created_ms=share(created),
+                                     updated_ms=share(updated), hwm_ms=share(hwm),
+                                     next_ms=share(nxt), active=active,
+                                     last=tuple(map(share, last)) if last else None)
+
+
+def _run_from_row(row: list[Any], st: ClusterState, intern: _Interner) -> RunRecord:
+    """A run with its repeated strings (job id, state, node, reason) shared."""
+    run = RunRecord.from_row(row)
+    share = intern.share
+    run.job_id, run.state, run.node = _shared_id(st, run.job_id), share(run.state), \
+        share(run.node)
+    run.reason = share(run.reason)
+    for t in run.transitions:
+        t[1], t[2], t[4] = share(t[1]), share(t[2]), share(t[4])
+    return run
+
+
+def _shared_id(st: ClusterState, job_id: Any) -> Any:
+    """The job's own id string when the job exists (a fresh copy costs ~60 bytes)."""
+    rec = st.jobs.get(job_id) if isinstance(job_id, str) else None
+    return rec.spec.id if rec is not None else job_id
+
+
+def _shared_reply(st: ClusterState, reply: Any) -> Any:
+    if isinstance(reply, dict):
+        if "job" in reply:
+            reply["job"] = _shared_id(st, reply["job"])
+        for item in reply.get("results", ()):
+            if isinstance(item, dict) and "job" in item:
+                item["job"] = _shared_id(st, item["job"])
+    return reply

@@ -26,7 +26,9 @@ class JobRecord:
     :var hwm_ms: the high-water mark: every fire time ``<= hwm_ms`` is accounted for
         (assigned, or recorded missed/skipped/shed); an assign at or below it is refused.
     :var next_ms: the next fire time after ``hwm_ms`` (a hint kept by put and plan).
-    :var active: ids of the job's active runs (pending, queued, assigned, started).
+    :var active: ids of the job's active runs (pending, queued, assigned, started),
+        oldest first: the shared empty tuple while there are none, a list otherwise.
+        Change it only through :meth:`add_active` and :meth:`drop_active`.
     :var last: ``(run_id, state, reason, at_ms)`` of the latest terminal outcome, or None.
     """
 
@@ -42,8 +44,23 @@ class JobRecord:
         self.updated_ms = updated_ms
         self.hwm_ms = hwm_ms
         self.next_ms = next_ms
-        self.active = active if active is not None else []
+        # Most jobs of a large table have no active run: an empty list per job would
+        # cost 56 bytes each (56 MB for a million far-future jobs).
+        self.active: list[str] | tuple[()] = list(active) if active else ()
         self.last = last
+
+    def add_active(self, run_id: str) -> None:
+        if self.active:
+            self.active.append(run_id)  # type: ignore[union-attr]
+        else:
+            self.active = [run_id]
+
+    def drop_active(self, run_id: str) -> None:
+        """Forget ``run_id`` if it is active (back to the shared ``()`` when none is)."""
+        if run_id in self.active:
+            self.active.remove(run_id)  # type: ignore[union-attr]
+            if not self.active:
+                self.active = ()
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         return {

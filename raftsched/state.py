@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
+from dataclasses import fields
 from typing import Any
 
 from raftsched import claims
@@ -51,6 +52,10 @@ MAX_AT_MS = 253_402_300_800_000
 MAX_ACTIVE_PER_JOB = 64
 
 _ACTIVE = frozenset(s.value for s in ACTIVE_STATES)
+#: The JobSpec fields that ``_interned`` shares between jobs (all hashable, immutable).
+_SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "retries",
+                       "tags")
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name in _SHARED_SPEC_FIELDS}
 
 
 class ClusterState:
@@ -163,16 +168,28 @@ class ClusterState:
         return {"ok": True, "results": results}
 
     def _interned(self, spec: JobSpec) -> JobSpec:
-        """Share equal schedules and commands between jobs (memory per job at scale)."""
+        """Share equal sub-values between jobs: a decoded command holds a fresh copy of
+        each (the call string alone is 64 bytes), so a million jobs made from one
+        template would hold a million copies. Everything shared here is immutable (or,
+        for ``env``, never mutated). Keys are tagged so that values of different
+        fields never meet in the cache (a command ``("call", "x")`` is not a call)."""
         from dataclasses import replace
         cache = self._intern
         if len(cache) > 100_000:
             cache.clear()
-        schedule = cache.setdefault(spec.schedule, spec.schedule)
-        command = cache.setdefault(spec.command, spec.command) if spec.command else None
-        if schedule is spec.schedule and command is spec.command:
-            return spec
-        return replace(spec, schedule=schedule, command=command)
+        changed: dict[str, Any] = {}
+        for name in _SHARED_SPEC_FIELDS:
+            value = getattr(spec, name)
+            if value is None or value is _SPEC_DEFAULTS[name]:
+                continue  # already shared (the default objects, (), None)
+            found = cache.setdefault((name, value), value)
+            if found is not value:
+                changed[name] = found
+        if spec.env:
+            env = cache.setdefault(("env", tuple(spec.env.items())), spec.env)
+            if env is not spec.env:
+                changed["env"] = env
+        return replace(spec, **changed) if changed else spec
 
     def _delete_job(self, cmd: dict[str, Any], at: int) -> dict[str, Any]:
         rec = self._job(cmd.get("job"))

@@ -267,3 +267,49 @@ def test_snapshot_keeps_history_limit() -> None:
     back = decode_state(encode_state(st))
     assert back.history_limit == 3
     assert all(h.maxlen == 3 for h in back.history.values())
+
+
+# --------------------------------------------------------------------- memory at scale
+
+def _twins(st: ClusterState) -> tuple[Any, Any]:
+    return st.jobs["b"], st.jobs["b2"]
+
+
+def _put_twins() -> ClusterState:
+    """Two jobs equal but for their ids, put by one bulk command, as clients do."""
+    st = ClusterState()
+    specs = [JobSpec.from_spec(dict(SPECS[1], id=i)).to_spec() for i in ("b", "b2")]
+    cmd = {"op": "put_jobs", "at": T0, "rid": "bulk", "specs": specs}
+    assert st.apply(decode_command(encode_command(cmd)))["ok"]
+    return st
+
+
+@pytest.mark.parametrize("restored", [False, True], ids=["applied", "restored"])
+def test_equal_parts_of_jobs_are_one_object(restored: bool) -> None:
+    """A million jobs made from one template must not hold a million copies of its
+    strings, sub-records and times (W4: bytes per job after a put and a restart)."""
+    st = _put_twins()
+    if restored:
+        st = decode_state(encode_state(st))
+    a, b = _twins(st)
+    for name in ("schedule", "call", "timeout_ms", "misfire", "retries", "tags", "env"):
+        assert getattr(a.spec, name) is getattr(b.spec, name), name
+    assert a.created_ms is b.created_ms and a.hwm_ms is b.hwm_ms
+    assert a.active == () and b.active == ()
+
+
+def test_active_runs_go_back_to_the_shared_empty_tuple() -> None:
+    st = ClusterState()
+    st.apply({"op": "put_job", "at": T0, "spec": SPECS[0]})
+    run_id = st.apply({"op": "trigger", "at": T0 + 1, "job": "a"})["run_id"]
+    assert st.jobs["a"].active == [run_id]
+    st.apply({"op": "pause", "at": T0 + 2, "job": "a"})  # cancels the pending run
+    assert st.jobs["a"].active == () and run_id not in st.runs
+    assert decode_state(encode_state(st)).jobs["a"].active == ()
+
+
+def test_truncated_or_padded_snapshot_is_refused() -> None:
+    blob = encode_state(_replay(_log()))
+    for bad in (blob[:len(blob) // 2], blob[:-1], blob + packb(0)):
+        with pytest.raises(ProtocolError):
+            decode_state(bad)
