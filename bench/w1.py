@@ -18,6 +18,7 @@ from typing import Any
 from bench import stats
 from bench.cluster import ROOT, BenchCluster, now_ms, track
 from bench.common import Ctx, Result, bulk_batch, fmt, pysyncobj_problems
+from raftsched.config import Timing
 
 SPEC_CALL = "bench.noop:stamp"
 
@@ -283,12 +284,13 @@ def run_w1(ctx: Ctx) -> Result:
          "… on follower nodes", "callable entered → finish submitted"],
         part_rows))
     res.notes += [
-        "Lag parts: *assigned ahead* = scheduled − assigned (the plan's lookahead, 100 ms "
-        "by default); *fire time → start submitted* = waiting for the instant, for the "
-        "worker wake-up and for a free slot (a slot stays busy until the run's finish "
-        "command commits); *start submitted → callable entered* = the start commit plus "
-        "the hop to the callable thread; *callable entered → finish submitted* = the run "
-        "plus waiting for the previous finish batch to commit.",
+        f"Lag parts: *assigned ahead* = scheduled − assigned (the plan's lookahead, "
+        f"{Timing().lookahead_ms} ms by default); *fire time → start submitted* = 0 when the "
+        "worker committed the start ahead (it does so up to 4/5 of the lookahead early and "
+        "stamps it with the fire time), else the wait for a free slot (a slot is busy from "
+        "the start commit until the run ends); *start submitted → callable entered* = the "
+        "wait for the instant's timer and the hop to a callable thread; *callable entered → "
+        "finish submitted* = the run plus waiting for the previous finish batch to commit.",
         "*lag(start rec)* = `started_ms − scheduled_ms` from the run records: `started_ms` is "
         "the `at` the worker stamps into its `start` command when it submits it, i.e. "
         "**before** that command commits and before the callable runs.",

@@ -21,6 +21,7 @@ from typing import Any
 from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, fmt, pysyncobj_problems
+from raftsched.config import Timing
 
 JOBS = 20
 LEASE_S = 30.0
@@ -139,7 +140,8 @@ def run_w3(ctx: Ctx) -> Result:
         "A claim holder that dies before starting is noticed by the leader through the "
         "dropped Raft connection; its assigned runs are released after "
         "`DISCONNECT_GRACE_S` (50 ms) and placed again with a new fence. Runs are "
-        "assigned `lookahead` (100 ms) before their fire time, so most of the release "
+        f"assigned `lookahead` ({Timing().lookahead_ms} ms) before their fire time, so "
+        "most of the release "
         "happens before the fire time and the delay is small.",
         "Lease baselines are the lock TTLs a crashed holder keeps a run blocked for: "
         "APScheduler 4 lease 30 s, RedBeat lock timeout 1500 s (its default). The ratio is "

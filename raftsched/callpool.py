@@ -3,7 +3,7 @@
 ``concurrent.futures.ThreadPoolExecutor`` costs a ``Future`` (and its ``Condition``)
 per call and one loop wake-up per result; with a thousand runs due in the same
 instant that per-run work is what shows as scheduling lag. Here a call is one tuple
-on a ``SimpleQueue``; results go back to their event loop in batches, one
+on a deque; results go back to their event loop in batches, one
 ``call_soon_threadsafe`` per batch. Threads are started on demand up to a bound, and
 are daemons: a callable that never returns must not keep the node from exiting (a
 thread cannot be killed; its run is recorded timed out or lost and abandoned).
@@ -12,8 +12,8 @@ thread cannot be killed; its run is recorded timed out or lost and abandoned).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,45 +30,57 @@ class CallPool:
     def __init__(self, size: int, name: str = "rs-call") -> None:
         self.size = size
         self.name = name
-        self._q: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        # One lock for the queue and the idle count: a thread taking an item and
+        # ceasing to be idle is one step, so submit never counts a busy thread as idle.
+        self._cond = threading.Condition(threading.Lock())
+        self._items: collections.deque[tuple[Any, ...]] = collections.deque()
         self._threads = 0
         self._idle = 0
         # Per loop: results not yet delivered (a drain is scheduled while non-empty).
         self._results: dict[asyncio.AbstractEventLoop, list[tuple[Done, Any, Any]]] = {}
 
     def submit(self, loop: asyncio.AbstractEventLoop, func: Callable[[Any], Any], arg: Any,
-               done: Done) -> None:
-        """Call ``func(arg)`` on a pool thread; ``done(value, exc)`` runs on ``loop``."""
-        self._q.put((loop, func, arg, done))
-        with self._lock:
-            spawn = self._idle < self._q.qsize() and self._threads < self.size
-            if spawn:
-                self._threads += 1
-                n = self._threads
-        if spawn:
+               done: Done, skip: Callable[[], bool] | None = None) -> None:
+        """Call ``func(arg)`` on a pool thread; ``done(value, exc)`` runs on ``loop``.
+        ``skip()`` is asked when a thread takes the call: true (the run ended while it
+        waited for a thread: stopped, timed out) drops it uncalled and unreported."""
+        with self._cond:
+            self._items.append((loop, func, arg, done, skip))
+            if self._idle >= len(self._items):
+                self._cond.notify()
+                return
+            if self._threads >= self.size:
+                return  # every thread is busy: the call waits for one
+            self._threads += 1
+            n = self._threads
+        try:
             threading.Thread(target=self._work, name=f"{self.name}-{n}", daemon=True).start()
+        except RuntimeError:
+            with self._cond:
+                self._threads -= 1
+                self._items.pop()
+            raise
 
     def _work(self) -> None:
         while True:
-            with self._lock:
-                self._idle += 1
-            item = self._q.get()
-            with self._lock:
-                self._idle -= 1
-            if item is None:
-                return
-            loop, func, arg, done = item
+            with self._cond:
+                while not self._items:
+                    self._idle += 1
+                    self._cond.wait()
+                    self._idle -= 1
+                loop, func, arg, done, skip = self._items.popleft()
+            if skip is not None and skip():
+                continue
             try:
                 value, exc = func(arg), None
             except BaseException as e:  # noqa: BLE001 - reported as the run's failure
                 value, exc = None, e
-            del item, func, arg
+            del func, arg
             self._deliver(loop, done, value, exc)
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, done: Done, value: Any,
                  exc: BaseException | None) -> None:
-        with self._lock:
+        with self._cond:
             pending = self._results.get(loop)
             first = pending is None
             if first:
@@ -79,11 +91,11 @@ class CallPool:
                 loop.call_soon_threadsafe(self._drain, loop)
             except RuntimeError:
                 # The loop is closed (its node shut down): the result has no reader.
-                with self._lock:
+                with self._cond:
                     self._results.pop(loop, None)
 
     def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._lock:
+        with self._cond:
             batch = self._results.pop(loop, [])
         for done, value, exc in batch:
             try:

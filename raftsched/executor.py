@@ -121,9 +121,7 @@ class Execution:
             return None
         if func is None or inspect.iscoroutinefunction(func):
             runner = asyncio.ensure_future(self.run())
-            runner.add_done_callback(lambda t: on_done(
-                t.result() if not t.cancelled() else
-                ExecutionResult(outcome="lost", exit_code=None, tail="", reason="cancelled")))
+            runner.add_done_callback(lambda t: on_done(_task_result(t, self.tail_bytes)))
             self._runner = runner  # the loop keeps only a weak reference to tasks
             return runner
         loop = asyncio.get_running_loop()
@@ -132,7 +130,12 @@ class Execution:
             outcome="timed_out", exit_code=None, tail="",
             reason=f"timeout {self.spec.timeout_ms // 1000}s"))
         self._calling = True
-        callpool.shared(_CALL_THREADS).submit(loop, func, self.ctx, self._called)
+        try:
+            # Skipped if the run ends (stop, timeout) while the call waits for a thread.
+            callpool.shared(_CALL_THREADS).submit(loop, func, self.ctx, self._called,
+                                                  skip=lambda: self._on_done is None)
+        except RuntimeError as exc:  # no thread could be started (a pids limit)
+            self._settle(_raised(exc, self.tail_bytes))
         return None
 
     def _called(self, value: Any, exc: BaseException | None) -> None:
@@ -165,14 +168,25 @@ class Execution:
         self.stopped = True
         self.stop_reason = reason
         if self.proc is not None and self.proc.returncode is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
-            asyncio.get_running_loop().call_later(grace_s, _signal_group, self.proc.pid,
-                                                  signal.SIGKILL)
+            self._terminate(grace_s)
         elif self._calling:
             # A thread cannot be killed: the run ends lost now and its thread is abandoned.
             self._settle(ExecutionResult(outcome="lost", exit_code=None, tail="", reason=reason))
         elif self.task is not None:
             self.task.cancel()
+
+    def _terminate(self, grace_s: float) -> None:
+        """SIGTERM the group now, SIGKILL it after ``grace_s`` unless it has ended by
+        then (its process group id may belong to someone else once it is reaped)."""
+        proc = self.proc
+        assert proc is not None
+        _signal_group(proc.pid, signal.SIGTERM)
+
+        def kill() -> None:
+            if proc.returncode is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+
+        asyncio.get_running_loop().call_later(grace_s, kill)
 
     async def _run_argv(self) -> ExecutionResult:
         env = dict(self.base_env)
@@ -189,6 +203,8 @@ class Execution:
                                    reason=f"cannot execute: {exc.strerror or exc}"[:200])
         if self.guard is not None:
             self.guard.add(self.proc.pid)
+        if self.stopped:
+            self._terminate(self.kill_grace_s)  # stopped while it was being spawned
         tail = bytearray()
         reader = asyncio.ensure_future(self._read(tail))
         timed_out = False
@@ -202,6 +218,11 @@ class Execution:
             except TimeoutError:
                 _signal_group(self.proc.pid, signal.SIGKILL)
                 await self.proc.wait()
+        guarded = None
+        if self.guard is not None:
+            # Reaped: its group id may be reused from now on; the guard must forget it.
+            self.guard.remove(self.proc.pid)
+            guarded = self.guard.killed(self.proc.pid)
         if timed_out:
             # Children that kept the pipe open must not hold the run.
             _signal_group(self.proc.pid, signal.SIGKILL)
@@ -211,13 +232,10 @@ class Execution:
             reader.cancel()
         code = self.proc.returncode
         text = bytes(tail).decode("utf-8", "replace")
-        if self.guard is not None:
-            self.guard.remove(self.proc.pid)
-            guarded = self.guard.killed(self.proc.pid)
-            if guarded is not None and not timed_out and not self.stopped:
-                # Killed while this node was frozen: the cluster may have moved the run.
-                return ExecutionResult(outcome="lost", exit_code=code, tail=text,
-                                       reason=guarded)
+        if guarded is not None and code == -signal.SIGKILL and not timed_out:
+            # Killed while this node was frozen (before any self-fence that followed
+            # once it ran again): the cluster may have moved the run.
+            return ExecutionResult(outcome="lost", exit_code=code, tail=text, reason=guarded)
         if timed_out:
             return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
@@ -244,7 +262,10 @@ class Execution:
         """An ``async def`` callable, as a task on the node's loop (sync ones go to the
         call pool from :meth:`start`)."""
         func = resolve_callable(self.spec.call or "", self.allowed)
-        self.task = asyncio.ensure_future(func(self.ctx))
+        if self.stopped:
+            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                   reason=self.stop_reason)
+        self.task = asyncio.ensure_future(_contained(func(self.ctx)))
         try:
             value = await asyncio.wait_for(asyncio.shield(self.task), self.spec.timeout_ms / 1000)
         except TimeoutError:
@@ -276,7 +297,34 @@ def resolve_callable(call: str, allowed: tuple[str, ...]) -> Any:
     return func
 
 
+class _Escaped(Exception):
+    """A job's SystemExit/KeyboardInterrupt, carried as an ordinary exception: raised
+    raw inside a task it would propagate out of the node's event loop."""
+
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
+
+
+async def _contained(coro: Any) -> Any:
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from None
+
+
+def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:
+    if task.cancelled():
+        return ExecutionResult(outcome="lost", exit_code=None, tail="", reason="cancelled")
+    try:
+        return task.result()
+    except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from an async job
+        return _raised(exc, tail_bytes)
+
+
 def _raised(exc: BaseException, tail_bytes: int) -> ExecutionResult:
+    if isinstance(exc, _Escaped):
+        exc = exc.inner
     return ExecutionResult(outcome="failed", exit_code=None,
                            tail=f"{type(exc).__name__}: {exc}"[-tail_bytes:],
                            reason=f"raised {type(exc).__name__}")

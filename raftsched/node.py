@@ -93,9 +93,8 @@ class Node:
                     if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
         fence_after_s = cfg.timing.node_timeout_ms / 2000
         try:
-            # Kills this node's job process groups if the node freezes (see guard.py);
-            # after the self-fence would have, before the leader releases the runs.
-            self.guard: Guard | None = Guard(fence_after_s + 0.3, os.path.join(node_dir, "guard"))
+            # Kills this node's job process groups if the node freezes (see guard.py).
+            self.guard: Guard | None = Guard(os.path.join(node_dir, "guard"))
         except OSError as exc:
             log.warning("no guard process (%s): a frozen node's jobs keep running", exc)
             self.guard = None
@@ -225,8 +224,12 @@ class Node:
                         "tags": list(self.me.tags), "api": self.me.api}))
                 except RaftschedError:
                     pending = None
-            if self.guard is not None and now - self.last_ack_send <= fence_after:
-                self.guard.tick()
+            if self.guard is not None:
+                # When our own self-fence would have killed a SIGTERM-proof run: from
+                # the last acknowledged heartbeat, fence_after then its SIGKILL grace
+                # (fence_after / 2), plus a little. The leader releases no sooner than
+                # a whole node timeout after it.
+                self.guard.deadline(self.last_ack_send + fence_after * 1.5 + 0.1)
             if now - self.last_ack_send > fence_after and not self.fenced:
                 self.fenced = True
                 self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))

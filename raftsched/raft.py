@@ -126,17 +126,37 @@ class _RaftSyncObj(SyncObj):  # type: ignore[misc]
                 message = dict(message, prevLogIdx=last[1], prevLogTerm=last[2],
                                entries=entries[n:])
                 if n == len(entries):
-                    message["commit_index"] = min(message["commit_index"], last[1])
-                    self._rs_keep_log = True
+                    leader_commit = message["commit_index"]
+                    message["commit_index"] = min(leader_commit, last[1])
+                    current = message["term"] >= self._SyncObj__raftCurrentTerm
+                    self._rs_keep_log = _KEEPING.active = True
                     try:
                         return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
                     finally:
-                        self._rs_keep_log = False
+                        self._rs_keep_log = _KEEPING.active = False
+                        if current:
+                            # The cap is for this node's commit index only; readiness
+                            # (caught up with the leader) must see the leader's own.
+                            self._SyncObj__leaderCommitIndex = leader_commit
         return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
 
     def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:
         if not self._rs_keep_log:
             super()._SyncObj__deleteEntriesFrom(from_idx)
+
+
+class _KeptLogFilter(logging.Filter):
+    """pysyncobj logs its truncation CRITICAL before deleting; when _RaftSyncObj keeps
+    the log, nothing is truncated and the line would be false."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("truncating already-applied"):
+            return True
+        return not getattr(_KEEPING, "active", False)
+
+
+_KEEPING = threading.local()
+logging.getLogger("pysyncobj.syncobj").addFilter(_KeptLogFilter())
 
 
 class _Snapshot:

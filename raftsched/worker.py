@@ -331,7 +331,15 @@ class WorkerPool:
             asyncio.get_running_loop().call_later((at_ms - now_ms()) / 1000, self._fire, at_ms)
             return
         for loc in self._at.pop(at_ms, ()):
-            self._begin(loc)
+            try:
+                self._begin(loc)
+            except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
+                log.exception("run %s could not begin", loc.run_id)
+                if self.local.get(loc.run_id) is loc and loc.phase != "finishing":
+                    loc.phase = "finishing"
+                    self._finish(loc, ExecutionResult(
+                        outcome="failed", exit_code=None, tail="",
+                        reason=f"could not begin: {type(exc).__name__}"[:200]))
 
     def _begin(self, loc: _Local) -> None:
         assert loc.execution is not None

@@ -279,9 +279,9 @@ def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_pa
     assert "self-fenced" in runs[0]["reason"] or "lost" in runs[0]["reason"], runs[0]
     fenced = [e for e in c.events(lonely) if e.get("event") == "node.self_fenced"]
     assert fenced, "the node logged that it fenced itself"
-    # Fenced after 1 s, SIGKILLed a quarter node timeout later: dead before the leader
-    # can release the run (2 s) and start it elsewhere.
-    assert stopped_after < 2.0, f"a SIGTERM-proof run lived {stopped_after:.2f}s"
+    # Fenced 1 s after its last acknowledged heartbeat, SIGKILLed half a second later:
+    # ~1.5 s. With the 2 s kill grace of a plain stop it would live past 3 s.
+    assert stopped_after < 2.5, f"a SIGTERM-proof run lived {stopped_after:.2f}s"
     print(f"\ncut-off node stopped its run after {stopped_after:.2f}s "
           f"(node_timeout 2s, fence after 1s)")
 
@@ -301,18 +301,23 @@ for _ in range(1200):  # up to a minute, each 50 ms saying it still runs
 """
 
 
+def _start_alive_job(c, job: str, out: str) -> dict:
+    """Start the cluster, run ALIVE_SCRIPT once (retry on node loss); its first record."""
+    c.start_all()
+    c.wait_leader()
+    at = (int(time.time()) + 2) * 1000
+    with c.client() as cl:
+        cl.put_job({"id": job, "schedule": {"at": format_timestamp(at)},
+                    "on_node_lost": "retry", "command": [sys.executable, "-c", ALIVE_SCRIPT, out]})
+    return wait_until(lambda: read_jsonl(out + ".jsonl"), 15, "attempt 1 started")[0]
+
+
 @pytest.mark.timeout(120)
 def test_a_frozen_node_s_run_is_killed_before_it_is_retried_elsewhere(cluster_factory,
                                                                        tmp_path):
     c = cluster_factory(3)
-    c.start_all()
-    c.wait_leader()
     out = str(tmp_path / "w")
-    at = (int(time.time()) + 2) * 1000
-    with c.client() as cl:
-        cl.put_job({"id": "frozen", "schedule": {"at": format_timestamp(at)},
-                    "on_node_lost": "retry", "command": [sys.executable, "-c", ALIVE_SCRIPT, out]})
-    first = wait_until(lambda: read_jsonl(out + ".jsonl"), 15, "attempt 1 started")[0]
+    first = _start_alive_job(c, "frozen", out)
     victim = first["node"]
     # SIGSTOP freezes the node, not its job (its own process group): only the guard
     # process beside the node can stop the job before the leader retries the run.
@@ -325,7 +330,7 @@ def test_a_frozen_node_s_run_is_killed_before_it_is_retried_elsewhere(cluster_fa
                                 or open(f"/proc/{first['pid']}/stat").read().split()[2] == "Z",
                                 10, "attempt 1 killed")
         assert first_gone
-        last_alive = float(open(f"{out}.{first['pid']}.alive").read())
+        last_alive = os.path.getmtime(f"{out}.{first['pid']}.alive")
     finally:
         c.signal(victim, signal.SIGCONT)
     assert second["node"] != victim
@@ -398,3 +403,30 @@ def test_five_nodes_keep_scheduling_with_two_of_them_killed(cluster_factory, tmp
     assert {r["NODE_ID"] for r in late} <= set(survivors)
     executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
     assert max(executed.values()) == 1
+
+
+@pytest.mark.timeout(120)
+def test_a_node_frozen_past_its_fence_but_not_lost_records_its_guarded_run_lost(
+        cluster_factory, tmp_path):
+    """Frozen longer than its self-fence but shorter than the node timeout: the guard
+    kills the job, the leader has not released it, and the node, running again,
+    records the run lost with the guard's reason (retry then gives attempt 2)."""
+    c = cluster_factory(3, timing={"node_timeout": "10s", "heartbeat": "250ms"})
+    out = str(tmp_path / "w")
+    first = _start_alive_job(c, "guarded", out)
+    victim = first["node"]
+    # Its guard deadline: last acknowledged heartbeat + 5 s x 1.5 + 0.1 s (<= 7.6 s from
+    # now); the leader may release it 10 s after the last heartbeat it saw (>= 9.75 s),
+    # which leaves the node two seconds, once running again, to report it itself.
+    c.signal(victim, signal.SIGSTOP)
+    try:
+        wait_until(lambda: not os.path.exists(f"/proc/{first['pid']}")
+                   or open(f"/proc/{first['pid']}/stat").read().split()[2] == "Z",
+                   10, "the guard to kill the frozen node's job")
+    finally:
+        c.signal(victim, signal.SIGCONT)
+    with c.client() as cl:
+        runs = wait_until(lambda: [r for r in cl.runs("guarded")["runs"] if r["attempt"] == 1
+                                   and r["state"] == "lost"], 20, "attempt 1 recorded lost")
+    assert runs[0]["reason"].startswith("guard:"), runs[0]
+    assert runs[0]["node"] == victim

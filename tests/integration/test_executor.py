@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from raftsched.callpool import CallPool
 from raftsched.executor import Execution, ExecutionResult, RunContext
 from raftsched.model import JobSpec
 
@@ -55,7 +56,8 @@ def _execution(spec: JobSpec) -> Execution:
 
 def _run(spec: JobSpec, *, stop_after_s: float | None = None, linger_s: float = 0.2
          ) -> tuple[list[ExecutionResult], float]:
-    """Start one execution; collect every on_done call until ``linger_s`` after the first."""
+    """Start one execution; collect every on_done call until ``linger_s`` after the first
+    (``RELEASE`` is set then, so a blocked callable returns while the loop still runs)."""
     async def main() -> tuple[list[ExecutionResult], float]:
         results: list[ExecutionResult] = []
         done = asyncio.Event()
@@ -72,6 +74,7 @@ def _run(spec: JobSpec, *, stop_after_s: float | None = None, linger_s: float = 
             ex.stop(0.5, "self-fenced: test")
         await asyncio.wait_for(done.wait(), 15)
         elapsed = time.monotonic() - t0
+        RELEASE.set()
         await asyncio.sleep(linger_s)  # a late thread return must not call again
         return results, elapsed
 
@@ -94,9 +97,7 @@ def test_a_callable_past_its_timeout_is_timed_out_once_even_when_it_returns_late
     RELEASE.clear()
     try:
         results, elapsed = _run(_spec(call="tests.integration.test_executor:blocks",
-                                      timeout="1s"), linger_s=0.0)
-        RELEASE.set()
-        time.sleep(0.2)
+                                      timeout="1s"), linger_s=0.3)
     finally:
         RELEASE.set()
     assert [(r.outcome, r.reason) for r in results] == [("timed_out", "timeout 1s")]
@@ -107,10 +108,9 @@ def test_stopping_a_running_callable_ends_it_lost_once():
     RELEASE.clear()
     try:
         results, _ = _run(_spec(call="tests.integration.test_executor:blocks"),
-                          stop_after_s=0.2, linger_s=0.0)
+                          stop_after_s=0.2, linger_s=0.3)
     finally:
         RELEASE.set()
-    time.sleep(0.2)
     assert [(r.outcome, r.reason) for r in results] == [("lost", "self-fenced: test")]
 
 
@@ -132,3 +132,59 @@ def test_an_argv_run_reports_its_exit_code_and_output_tail():
                                      "print('out', flush=True); raise SystemExit(3)"]))
     assert [(r.outcome, r.exit_code, r.reason) for r in results] == [("failed", 3, "exit 3")]
     assert results[0].tail.strip() == "out"
+
+
+def test_an_async_callable_raising_system_exit_fails_and_the_loop_survives():
+    results, _ = _run(_spec(call="tests.integration.test_executor:exits"))
+    assert [(r.outcome, r.reason) for r in results] == [("failed", "raised SystemExit")]
+
+
+async def exits(ctx: RunContext) -> None:
+    raise SystemExit(3)
+
+
+def test_a_call_that_waited_for_a_thread_is_skipped_once_its_run_has_ended():
+    """All threads busy: a run that ends (stop, timeout) while its call waits in the
+    queue must never be called afterwards — its retry may be running elsewhere."""
+    pool = CallPool(1, name="t-pool")
+    gate = threading.Event()
+    called: list[str] = []
+
+    async def main() -> list[tuple[Any, Any]]:
+        loop = asyncio.get_running_loop()
+        got: list[tuple[Any, Any]] = []
+        ended = {"b": False}
+        pool.submit(loop, lambda a: (gate.wait(10), called.append(a))[1], "a",
+                    lambda v, e: got.append(("a", e)))
+        pool.submit(loop, called.append, "b", lambda v, e: got.append(("b", e)),
+                    skip=lambda: ended["b"])
+        pool.submit(loop, called.append, "c", lambda v, e: got.append(("c", e)))
+        ended["b"] = True  # b's run ended while a held the only thread
+        gate.set()
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        return got
+
+    got = asyncio.run(main())
+    assert called == ["a", "c"], called
+    assert [name for name, _ in got] == ["a", "c"]
+
+
+def test_the_pool_starts_a_thread_when_every_thread_is_busy():
+    pool = CallPool(4, name="t-pool2")
+    gate = threading.Event()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        for _ in range(3):
+            pool.submit(loop, lambda a: gate.wait(10), None, lambda v, e: None)
+        t0 = time.monotonic()
+        pool.submit(loop, lambda a: None, None, lambda v, e: done.set())
+        await asyncio.wait_for(done.wait(), 5)
+        gate.set()
+        return time.monotonic() - t0
+
+    assert asyncio.run(main()) < 1.0, "a call waited behind busy threads"

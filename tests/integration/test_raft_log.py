@@ -10,6 +10,7 @@ what is under test, and a real cluster produces it only under load, by chance).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,22 +56,41 @@ def _send(f: SyncObj, *, term: int, prev: tuple[int, int], entries: list[tuple[i
 
 
 def _five(f: SyncObj) -> None:
-    """Entries 2..6 of term 1, all committed (the initial entry is (1, 0))."""
+    """Entries 2..6 of term 1, all committed and applied (the initial entry is (1, 0))."""
     _send(f, term=1, prev=(1, 0), entries=[(i, 1) for i in range(2, 7)], commit=6)
     assert _log(f)[-1] == (6, 1) and f.raftCommitIndex == 6
+    # As if applied (these byte strings are no commands a consumer could apply).
+    f._SyncObj__raftLastApplied = 6
 
 
-def test_stock_pysyncobj_drops_committed_entries_on_a_stale_resend(stock_follower):
+TRUNCATING = "truncating already-applied"
+
+
+def test_stock_pysyncobj_drops_committed_entries_on_a_stale_resend(stock_follower, caplog):
     _five(stock_follower)
-    _send(stock_follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=6)
+    with caplog.at_level(logging.CRITICAL, logger="pysyncobj.syncobj"):
+        _send(stock_follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=6)
     assert _log(stock_follower)[-1] == (4, 1), "upstream fixed it: _RaftSyncObj may go"
     assert stock_follower.raftCommitIndex == 4
+    assert any(TRUNCATING in r.getMessage() for r in caplog.records)
 
 
-def test_a_stale_resend_keeps_acknowledged_entries_and_the_commit_index(follower):
+def test_a_stale_resend_keeps_acknowledged_entries_and_the_commit_index(follower, caplog):
     _five(follower)
-    _send(follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=6)
+    with caplog.at_level(logging.CRITICAL, logger="pysyncobj.syncobj"):
+        _send(follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=6)
     assert _log(follower) == [(1, 0)] + [(i, 1) for i in range(2, 7)]
+    assert follower.raftCommitIndex == 6
+    assert not [r for r in caplog.records if TRUNCATING in r.getMessage()], \
+        "nothing was truncated: no CRITICAL line saying so"
+
+
+def test_readiness_still_sees_the_leaders_commit_index(follower):
+    """The cap on a re-send's commit index is for this node's commit only: readiness
+    (caught up with the leader, which gates the worker) must not come early."""
+    _five(follower)
+    _send(follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=10)
+    assert follower._SyncObj__leaderCommitIndex == 10
     assert follower.raftCommitIndex == 6
 
 
