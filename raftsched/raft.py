@@ -14,6 +14,7 @@ bind address and the cluster secret as pysyncobj's ``password``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
@@ -77,9 +78,26 @@ def _cap_raft_messages(limit: int) -> None:
 _cap_raft_messages(MAX_RAFT_MESSAGE)
 
 
-# pysyncobj forks a snapshot writer; if the node stops, the writer must not outlive it
-# and later rename a stale snapshot over a newer one.
-os.register_at_fork(after_in_child=die_with_parent)
+#: The name given to pysyncobj's tick thread, which forks the snapshot writer.
+RAFT_THREAD_NAME = "raftsched-raft"
+#: The snapshot writer's niceness: encoding a million jobs takes it ~20 s of CPU that
+#: the live node (commits, heartbeats, runs) should get first.
+SNAPSHOT_NICE = 10
+
+
+def _in_forked_child() -> None:
+    """pysyncobj forks a snapshot writer from its tick thread. If the node stops, the
+    writer must not outlive it (and later rename a stale snapshot over a newer one);
+    it is background work. Forks by other threads (an application embedding the
+    scheduler) are not ours to change."""
+    if threading.current_thread().name != RAFT_THREAD_NAME:
+        return
+    die_with_parent()
+    with contextlib.suppress(OSError):
+        os.nice(SNAPSHOT_NICE)
+
+
+os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def known_prefix(prev_term: int, entries: list[Any], held: list[Any]) -> int:
@@ -245,6 +263,9 @@ class RaftNode:
         )
         self._consumer = _Consumer(self)
         self.sync = _RaftSyncObj(self_addr, self.peers, conf=conf, consumers=[self._consumer])
+        tick_thread = getattr(self.sync, "_SyncObj__thread", None)
+        if tick_thread is not None:
+            tick_thread.name = RAFT_THREAD_NAME
         self.self_node = self.sync.selfNode
         self.peer_nodes = {str(n.address if hasattr(n, "address") else n): n
                            for n in self.sync.otherNodes}

@@ -38,23 +38,39 @@ def test_a_forked_child_does_not_keep_the_listening_sockets() -> None:
         listener.close()
 
 
-def test_a_forked_child_dies_with_the_node_process(tmp_path) -> None:
-    """A process that imported raftsched.raft forks from a thread (as pysyncobj's tick
-    thread does) and exits: its child must not live on."""
-    marker = tmp_path / "survived"
+def _fork_from_a_thread(tmp_path, thread_name: str) -> tuple[bool, int]:
+    """A process that imported raftsched.raft forks from a thread named ``thread_name``
+    and exits; returns (did the child outlive it, the child's niceness)."""
+    marker = tmp_path / f"survived-{thread_name}"
+    nice = tmp_path / f"nice-{thread_name}"
     script = (
         "import os, sys, threading, time\n"
         f"sys.path.insert(0, {ROOT!r})\n"
         "import raftsched.raft\n"
         "def fork():\n"
         "    if os.fork() == 0:\n"
+        f"        open({str(nice)!r}, 'w').write(str(os.nice(0)))\n"
         "        time.sleep(3)\n"
         f"        open({str(marker)!r}, 'w').write('yes')\n"
         "        os._exit(0)\n"
-        "t = threading.Thread(target=fork); t.start(); t.join()\n"
+        f"t = threading.Thread(target=fork, name={thread_name!r}); t.start(); t.join()\n"
         "time.sleep(0.3)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], timeout=20)
     assert proc.returncode == 0
     time.sleep(3.5)  # past the child's 3 s: it would have written the marker by now
-    assert not marker.exists(), "the forked child outlived the node process"
+    return marker.exists(), int(nice.read_text())
+
+
+def test_the_snapshot_writer_dies_with_the_node_and_yields_the_cpu(tmp_path) -> None:
+    """pysyncobj forks its snapshot writer from its tick thread: that child must not
+    live on after the node, and runs at a lower priority than the node."""
+    survived, nice = _fork_from_a_thread(tmp_path, raftsched.raft.RAFT_THREAD_NAME)
+    assert not survived, "the forked child outlived the node process"
+    assert nice >= os.nice(0) + raftsched.raft.SNAPSHOT_NICE or nice == 19
+
+
+def test_forks_of_an_embedding_application_are_left_alone(tmp_path) -> None:
+    survived, nice = _fork_from_a_thread(tmp_path, "app-worker")
+    assert survived, "an application's own child was killed with its parent"
+    assert nice == os.nice(0)
