@@ -136,6 +136,12 @@ def plan(st: ClusterState, ctx: LeaderContext) -> dict[str, Any] | None:
             hwm = m.last_ms
         for fire in res.run:
             decision = overlap_decision(spec.overlap, active)
+            if decision.action == "skip" and fire > ctx.now_ms:
+                # Not yet its time: the previous run may be over already with its
+                # finish still in flight (typically held up by an election). Decide at
+                # the fire time; the finish, when it lands, wakes the leader.
+                blocked = True
+                break
             if decision.action == "skip":
                 items.append(["miss", spec.id, fire, fire, 1, "skipped",
                               MissReason.overlap.value])

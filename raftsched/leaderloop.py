@@ -30,6 +30,9 @@ log = logging.getLogger("raftsched.leader")
 DISCONNECT_GRACE_S = 0.05
 #: Liveness is checked at least this often while leading.
 HOUSEKEEPING_S = 0.05
+#: A due job the last plan could not place is looked at again after this long (or
+#: when an applied command wakes the loop), not in a busy loop.
+STALL_S = 0.02
 #: The leader re-commits its record (with observed clock skews) this often.
 LEADER_RECORD_S = 5.0
 COMMIT_TIMEOUT_S = 3.0
@@ -140,12 +143,15 @@ class LeaderLoop:
         return True
 
     def _idle_delay(self) -> float:
+        """After a plan that made no progress: until the next job falls due, but at
+        least STALL_S when one is due already and could not be planned (no room, or an
+        overlap decided at its fire time): an applied command wakes us sooner."""
         with self.node.raft.lock:
             nxt = self.node.raft.state.next_due_ms()
         delay = HOUSEKEEPING_S
         if nxt is not None:
             lead = nxt - self.node.cfg.timing.lookahead_ms - now_ms()
-            delay = min(delay, max(lead / 1000, 0.0))
+            delay = min(delay, max(lead / 1000, STALL_S))
         return delay
 
     async def _liveness(self) -> None:

@@ -104,7 +104,7 @@ class Node:
             allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
             on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
-            fence_grace_s=fence_after_s / 2, guard=self.guard)
+            fence_grace_s=fence_after_s / 4, guard=self.guard)
         self.leader = LeaderLoop(self)
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=self.secret,
@@ -225,10 +225,11 @@ class Node:
                 except RaftschedError:
                     pending = None
             if self.guard is not None:
-                # When our own self-fence would have killed a SIGTERM-proof run: from
-                # the last acknowledged heartbeat, fence_after then its SIGKILL grace
-                # (fence_after / 2), plus a little. The leader releases no sooner than
-                # a whole node timeout after it.
+                # After our own self-fence would have killed a SIGTERM-proof run: from
+                # the last acknowledged heartbeat, fence_after, up to 0.1 s until the
+                # loop sees it, then its SIGKILL grace (fence_after / 4); a quarter
+                # fence_after later the guard acts. The leader releases no sooner than
+                # a whole node timeout (2 x fence_after) after it.
                 self.guard.deadline(self.last_ack_send + fence_after * 1.5 + 0.1)
             if now - self.last_ack_send > fence_after and not self.fenced:
                 self.fenced = True

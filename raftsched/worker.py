@@ -31,6 +31,9 @@ log = logging.getLogger("raftsched.worker")
 
 #: How long one start/finish commit may take before it is retried.
 COMMIT_TIMEOUT_S = 5.0
+#: The longest pause between retries: after an election the held-up starts and
+#: finishes should land within a tick of the new leader, not half a second later.
+RETRY_MAX_S = 0.1
 
 
 @dataclass(slots=True, kw_only=True)
@@ -271,7 +274,7 @@ class WorkerPool:
             except Exception as exc:  # noqa: BLE001 - e.g. Overloaded: back off and retry
                 log.debug("%s failed (%s); retrying", cmd["op"], exc)
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, RETRY_MAX_S)
 
     async def _start_batch(self, batch: list[_Local]) -> None:
         items = [[loc.run_id, loc.fence] for loc in batch]

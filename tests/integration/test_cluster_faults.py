@@ -276,11 +276,13 @@ def test_node_cut_off_from_the_quorum_stops_its_own_runs(cluster_factory, tmp_pa
     with c.client() as cl:
         runs = wait_until(lambda: [r for r in cl.runs("cut")["runs"] if r["state"] == "lost"],
                           30, "the stopped run recorded lost")
-    assert "self-fenced" in runs[0]["reason"] or "lost" in runs[0]["reason"], runs[0]
+    # The node's own fence, or (on a machine slow enough to lose that race) its guard.
+    assert runs[0]["reason"].startswith(("self-fenced", "guard:")) \
+        or "lost" in runs[0]["reason"], runs[0]
     fenced = [e for e in c.events(lonely) if e.get("event") == "node.self_fenced"]
     assert fenced, "the node logged that it fenced itself"
-    # Fenced 1 s after its last acknowledged heartbeat, SIGKILLed half a second later:
-    # ~1.5 s. With the 2 s kill grace of a plain stop it would live past 3 s.
+    # Fenced 1 s after its last acknowledged heartbeat, SIGKILLed 0.25 s later: ~1.3 s.
+    # With the 2 s kill grace of a plain stop it would live past 3 s.
     assert stopped_after < 2.5, f"a SIGTERM-proof run lived {stopped_after:.2f}s"
     print(f"\ncut-off node stopped its run after {stopped_after:.2f}s "
           f"(node_timeout 2s, fence after 1s)")

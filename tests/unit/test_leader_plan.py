@@ -390,3 +390,32 @@ def test_paused_job_not_planned() -> None:
     put(st, "p")
     ok(st, {"op": "pause", "at": T0 - S, "job": "p"})
     assert plan(st, ctx(st, T0)) is None
+
+
+def test_an_overlapping_fire_is_decided_at_its_fire_time_not_ahead_of_it() -> None:
+    """A new leader plans the next fire ahead while the previous run's finish is still
+    in flight (it waited out the election): the fire is neither skipped nor placed
+    until its time; if the run has ended by then the fire runs, else it is skipped."""
+    st = fresh(1, slots=4)
+    put(st, "o", overlap="skip")
+    ok(st, plan(st, ctx(st, T0)))
+    r1 = st.runs[f"o@{T0}"]
+    ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    ahead = T0 + 10 * S - 250
+    assert plan(st, ctx(st, ahead, lookahead=250)) is None
+    assert st.jobs["o"].hwm_ms == T0
+    ok(st, {"op": "finish", "at": ahead + 10, "node": "n1",
+            "items": [[r1.run_id, r1.fence, "succeeded", 0, "", ""]]})
+    cmd = plan(st, ctx(st, ahead + 20, lookahead=250))
+    assert ["run", "o", T0 + 10 * S, "n1", False] in cmd["fires"]
+
+
+def test_an_overlapping_fire_still_running_at_its_time_is_skipped() -> None:
+    st = fresh(1, slots=4)
+    put(st, "o", overlap="skip")
+    ok(st, plan(st, ctx(st, T0)))
+    r1 = st.runs[f"o@{T0}"]
+    ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    assert plan(st, ctx(st, T0 + 10 * S - 1, lookahead=250)) is None
+    cmd = plan(st, ctx(st, T0 + 10 * S, lookahead=250))
+    assert ["miss", "o", T0 + 10 * S, T0 + 10 * S, 1, "skipped", "overlap"] in cmd["fires"]
