@@ -335,12 +335,18 @@ def test_stale_term_plan_refused() -> None:
     assert _strip(encode_state(st)) == before
 
 
-def test_queue_overlap_plan() -> None:
+def _first_run_started(job: str, overlap: str) -> tuple[ClusterState, Any]:
+    """One node; the job's first run (fire T0) planned and started."""
     st = fresh(1, slots=4)
-    put(st, "q", overlap="queue")
+    put(st, job, overlap=overlap)
     ok(st, plan(st, ctx(st, T0)))
-    r1 = st.runs[f"q@{T0}"]
+    r1 = st.runs[f"{job}@{T0}"]
     ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    return st, r1
+
+
+def test_queue_overlap_plan() -> None:
+    st, r1 = _first_run_started("q", "queue")
     cmd = plan(st, ctx(st, T0 + 10 * S))
     assert ["run", "q", T0 + 10 * S, None, True] in cmd["fires"]
     ok(st, cmd)
@@ -353,11 +359,7 @@ def test_queued_plan_applied_after_previous_ended_is_not_stuck() -> None:
     """A plan queues a fire behind a run that ends before the plan commits: the queued
     run must still become runnable (regression: it stayed queued forever and every
     later fire was skipped)."""
-    st = fresh(1, slots=4)
-    put(st, "q", overlap="queue")
-    ok(st, plan(st, ctx(st, T0)))
-    r1 = st.runs[f"q@{T0}"]
-    ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    st, r1 = _first_run_started("q", "queue")
     cmd = plan(st, ctx(st, T0 + 10 * S))   # built while r1 runs: queues the next fire
     ok(st, {"op": "finish", "at": T0 + 10 * S, "node": "n1",
             "items": [[r1.run_id, r1.fence, "succeeded", 0, "", ""]]})
@@ -396,11 +398,7 @@ def test_an_overlapping_fire_is_decided_at_its_fire_time_not_ahead_of_it() -> No
     """A new leader plans the next fire ahead while the previous run's finish is still
     in flight (it waited out the election): the fire is neither skipped nor placed
     until its time; if the run has ended by then the fire runs, else it is skipped."""
-    st = fresh(1, slots=4)
-    put(st, "o", overlap="skip")
-    ok(st, plan(st, ctx(st, T0)))
-    r1 = st.runs[f"o@{T0}"]
-    ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    st, r1 = _first_run_started("o", "skip")
     ahead = T0 + 10 * S - 250
     assert plan(st, ctx(st, ahead, lookahead=250)) is None
     assert st.jobs["o"].hwm_ms == T0
@@ -411,11 +409,7 @@ def test_an_overlapping_fire_is_decided_at_its_fire_time_not_ahead_of_it() -> No
 
 
 def test_an_overlapping_fire_still_running_at_its_time_is_skipped() -> None:
-    st = fresh(1, slots=4)
-    put(st, "o", overlap="skip")
-    ok(st, plan(st, ctx(st, T0)))
-    r1 = st.runs[f"o@{T0}"]
-    ok(st, {"op": "start", "at": T0 + 1, "node": "n1", "items": [[r1.run_id, r1.fence]]})
+    st, r1 = _first_run_started("o", "skip")
     assert plan(st, ctx(st, T0 + 10 * S - 1, lookahead=250)) is None
     cmd = plan(st, ctx(st, T0 + 10 * S, lookahead=250))
     assert ["miss", "o", T0 + 10 * S, T0 + 10 * S, 1, "skipped", "overlap"] in cmd["fires"]
