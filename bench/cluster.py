@@ -13,15 +13,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 from raftsched.client import Client
+
+# The test harness's loopback helpers (stdlib only): one copy for tests and benchmarks.
+from tests.integration.harness import free_ports, json_lines, wait_until  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,35 +30,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIVE: list[BenchCluster] = []
 #: Extra processes (py-spy, baselines) to kill on the way out.
 _EXTRA: list[subprocess.Popen[Any]] = []
-
-
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.05) -> Any:
-    """Poll ``cond`` until truthy; raise TimeoutError naming ``what`` (bounded)."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - keep polling, report the last one
-            last = exc
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}"
-                       + (f" (last error: {last!r})" if last else ""))
 
 
 def now_ms() -> int:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.cluster import BenchCluster
+from bench.cluster import BenchCluster, json_lines
 
 
 @dataclass
@@ -66,31 +66,20 @@ def bulk_batch() -> int:
 
 def pysyncobj_problems(c: BenchCluster) -> dict[str, dict[str, int]]:
     """Counts of the pysyncobj/raftsched warning+ lines in each node's log, by kind."""
-    import json
-
     out: dict[str, dict[str, int]] = {}
     for nid, path in c.logs.items():
         counts: dict[str, int] = {}
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if not isinstance(ev, dict):
-                    continue
-                msg = str(ev.get("event") or ev.get("msg") or "")
-                if msg.startswith("truncating already-applied"):
-                    msg = "truncating already-applied log entries"
-                elif msg.startswith("raftCommitIndex"):
-                    msg = "raftCommitIndex exceeds journal end"
-                exc = str(ev.get("exc") or "")
-                if exc:
-                    msg += " / " + exc.strip().splitlines()[-1][:80]
-                key = f"{ev.get('level', '?')} {msg[:140]}"
-                counts[key] = counts.get(key, 0) + 1
+        for ev in json_lines(path):
+            msg = str(ev.get("event") or ev.get("msg") or "")
+            if msg.startswith("truncating already-applied"):
+                msg = "truncating already-applied log entries"
+            elif msg.startswith("raftCommitIndex"):
+                msg = "raftCommitIndex exceeds journal end"
+            exc = str(ev.get("exc") or "")
+            if exc:
+                msg += " / " + exc.strip().splitlines()[-1][:80]
+            key = f"{ev.get('level', '?')} {msg[:140]}"
+            counts[key] = counts.get(key, 0) + 1
         if counts:
             out[nid] = counts
     return out

@@ -83,16 +83,29 @@ def rss_kb(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def read_witness(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                out.append(json.loads(line))
+def json_lines(path: str) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (a log, a witness file); other lines, and
+    a last line still being written, are skipped. Missing file: none."""
+    out: list[dict[str, Any]] = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    out.append(obj)
+    except FileNotFoundError:
+        pass
     return out
+
+
+def read_witness(path: str) -> list[dict[str, Any]]:
+    """What the jobs recorded (see :func:`witness_command`)."""
+    return json_lines(path)
 
 
 class Cluster:
@@ -202,16 +215,5 @@ class Cluster:
         return wait_until(agreed, timeout, f"a leader agreed by {among}")
 
     def events(self, nid: str) -> list[dict[str, Any]]:
-        out = []
         path = self.logs.get(nid)
-        if not path or not os.path.exists(path):
-            return out
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(ev, dict):
-                    out.append(ev)
-        return out
+        return json_lines(path) if path else []

@@ -8,7 +8,6 @@ Measured figures are printed (run with ``-s`` to see them).
 from __future__ import annotations
 
 import collections
-import json
 import os
 import signal
 import sys
@@ -26,14 +25,6 @@ from tests.integration.harness import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def read_jsonl(path: str) -> list[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.endswith("\n")]
-    except FileNotFoundError:
-        return []
 
 
 
@@ -311,7 +302,7 @@ def _start_alive_job(c, job: str, out: str) -> dict:
     with c.client() as cl:
         cl.put_job({"id": job, "schedule": {"at": format_timestamp(at)},
                     "on_node_lost": "retry", "command": [sys.executable, "-c", ALIVE_SCRIPT, out]})
-    return wait_until(lambda: read_jsonl(out + ".jsonl"), 15, "attempt 1 started")[0]
+    return wait_until(lambda: read_witness(out + ".jsonl"), 15, "attempt 1 started")[0]
 
 
 @pytest.mark.timeout(120)
@@ -326,7 +317,7 @@ def test_a_frozen_node_s_run_is_killed_before_it_is_retried_elsewhere(cluster_fa
     t_freeze = time.time()
     c.signal(victim, signal.SIGSTOP)
     try:
-        second = wait_until(lambda: [r for r in read_jsonl(out + ".jsonl")
+        second = wait_until(lambda: [r for r in read_witness(out + ".jsonl")
                                      if r["attempt"] == "2"], 20, "attempt 2 elsewhere")[0]
         first_gone = wait_until(lambda: not os.path.exists(f"/proc/{first['pid']}")
                                 or open(f"/proc/{first['pid']}/stat").read().split()[2] == "Z",

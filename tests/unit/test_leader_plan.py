@@ -11,22 +11,12 @@ import pytest
 from raftsched.codec import encode_state
 from raftsched.leader import Capacity, LeaderContext, place, plan
 from raftsched.state import ClusterState
+from tests.unit.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
 
 S = 1000
 T0 = 20_000 * 86_400 * S  # a round epoch ms (midnight UTC), multiple of every schedule here
-
-
-def hist(st: ClusterState, job: str) -> list[Any]:
-    """The job's history (the state creates it on first use)."""
-    return list(st.history.get(job, ()))
-
-
-def ok(st: ClusterState, cmd: dict[str, Any]) -> dict[str, Any]:
-    reply = st.apply(cmd)
-    assert reply["ok"], (cmd, reply)
-    return reply
 
 
 def put(st: ClusterState, job: str, at: int = T0 - 5 * S, **spec: Any) -> None:

@@ -9,6 +9,7 @@ import pytest
 from raftsched.codec import encode_state
 from raftsched.errors import UnknownJob
 from raftsched.state import ClusterState
+from tests.unit.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,17 +18,6 @@ T0 = 20_000 * 86_400 * S  # midnight UTC: a fire time of every schedule used her
 
 
 # --------------------------------------------------------------------- helpers
-
-def hist(st: ClusterState, job: str) -> list[Any]:
-    """The job's history (the state creates it on first use)."""
-    return list(st.history.get(job, ()))
-
-
-def ok(st: ClusterState, cmd: dict[str, Any]) -> dict[str, Any]:
-    reply = st.apply(cmd)
-    assert reply["ok"], (cmd, reply)
-    return reply
-
 
 def err(st: ClusterState, cmd: Any, code: str | None = None) -> dict[str, Any]:
     """Apply a command that must be rejected whole, and check it changed nothing."""

@@ -236,14 +236,21 @@ class SchedulerMachine(RuleBasedStateMachine):
         own = [run.node] * 3 if run is not None and run.node is not None else []
         return data.draw(st.sampled_from(own + list(NODES)), label="node")
 
-    @rule(data=st.data())
-    def start(self, data: st.DataObject) -> None:
+    def _pick_claim(self, data: st.DataObject) -> tuple[str, int, Any, str] | None:
+        """A run id (maybe unknown), a fence (maybe stale), its record, a node."""
         run_id = self._pick_run(data)
         if run_id is None:
-            return
+            return None
         fence = self._pick_fence(data, run_id)
         run = self.st.runs.get(run_id)
-        node = self._pick_node(data, run)
+        return run_id, fence, run, self._pick_node(data, run)
+
+    @rule(data=st.data())
+    def start(self, data: st.DataObject) -> None:
+        picked = self._pick_claim(data)
+        if picked is None:
+            return
+        run_id, fence, run, node = picked
         expected = (run is not None and run.state == "assigned" and run.node == node
                     and run.fence == fence)
         reply = self.apply({"op": "start", "at": self.now, "node": node,
@@ -254,12 +261,10 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), outcome=st.sampled_from(
         ["succeeded", "failed", "timed_out", "shed", "cancelled", "lost", "bogus"]))
     def finish(self, data: st.DataObject, outcome: str) -> None:
-        run_id = self._pick_run(data)
-        if run_id is None:
+        picked = self._pick_claim(data)
+        if picked is None:
             return
-        fence = self._pick_fence(data, run_id)
-        run = self.st.runs.get(run_id)
-        node = self._pick_node(data, run)
+        run_id, fence, run, node = picked
         expected = (run is not None and run.node == node and run.fence == fence
                     and outcome in _FINISH_OUTCOMES
                     and (run.state == "started" or (run.state == "assigned"
