@@ -163,7 +163,8 @@ class Client:
             if index != self._current:
                 self._drop()
                 self._current = index
-            addr = "%s:%s" % self._addrs[index]
+            host, port = self._addrs[index]
+            addr = f"{host}:{port}"
             if addr not in tried:
                 tried.append(addr)
             # A frozen node (SIGSTOP, GC pause, half-open link) must not eat the whole

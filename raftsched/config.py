@@ -390,7 +390,8 @@ def _parse_limits(raw: Any) -> Limits:
     tbl = _section(raw, "limits", (*_LIMIT_INTS, "idle_timeout"))
     d = Limits()
     ints = {k: _int(tbl, k, f"limits.{k}", getattr(d, k), *b) for k, b in _LIMIT_INTS.items()}
-    idle = _duration(tbl, "idle_timeout", "limits.idle_timeout", d.idle_timeout_ms, 1000, 86_400_000)
+    idle = _duration(tbl, "idle_timeout", "limits.idle_timeout", d.idle_timeout_ms, 1000,
+                     86_400_000)
     lim = Limits(**ints, idle_timeout_ms=idle)
     # A spec, like an output tail, travels inside one frame with an envelope around it.
     for key in ("max_spec_bytes", "output_tail_bytes"):
@@ -483,7 +484,8 @@ def resolve_secret(cfg: ClusterConfig, environ: Mapping[str, str]) -> str | None
 def _check_secret_len(cfg: ClusterConfig, secret: str | None) -> None:
     if secret and len(secret) < MIN_SECRET_LEN:
         where = f"${cfg.secret_env}" if cfg.secret_env else "the cluster secret"
-        raise ConfigError("cluster.secret_env", f"{where} is too short (need {MIN_SECRET_LEN}+ chars)")
+        raise ConfigError("cluster.secret_env",
+                          f"{where} is too short (need {MIN_SECRET_LEN}+ chars)")
 
 
 def check_bind_safety(cfg: ClusterConfig, node_id: str, secret: str | None) -> None:

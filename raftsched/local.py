@@ -54,7 +54,7 @@ def format_event(node_id: str, line: str) -> str | None:
     if kind not in FEED:
         return None
     stamp = time.strftime("%H:%M:%S", time.gmtime(ev.get("ts_ms", 0) / 1000))
-    stamp += ".%03d" % (ev.get("ts_ms", 0) % 1000)
+    stamp += f".{ev.get('ts_ms', 0) % 1000:03d}"
     skip = {"ts_ms", "event", "node", "run_id", "job_id", "outcome"}
     extra = " ".join(f"{k}={v}" for k, v in ev.items() if k not in skip)
     parts = [f"{stamp} [{node_id}] {kind:<18}"]

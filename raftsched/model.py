@@ -21,7 +21,8 @@ from raftsched.trigger import Schedule
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
 TAG_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-CALL_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):([A-Za-z_][A-Za-z0-9_]*)\Z")
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+CALL_RE = re.compile(rf"({_IDENT}(?:\.{_IDENT})*):({_IDENT})\Z")
 
 #: Limits on the pieces of a spec; the whole encoded spec is limited by the config.
 MAX_ARGV = 256
@@ -42,7 +43,7 @@ DEFAULT_BACKOFF_MAX_MS = 3600 * 1000
 RESERVED_ENV_PREFIX = "RAFTSCHED_"
 
 
-class Overlap(str, enum.Enum):
+class Overlap(enum.StrEnum):
     """What a fire does while the job's previous run is still active."""
 
     skip = "skip"
@@ -55,7 +56,7 @@ class Overlap(str, enum.Enum):
     """Cancel the running one (recorded ``cancelled``), then start the new one."""
 
 
-class MisfirePolicy(str, enum.Enum):
+class MisfirePolicy(enum.StrEnum):
     """What happens to fire times found older than the grace (after downtime)."""
 
     skip = "skip"
@@ -66,7 +67,7 @@ class MisfirePolicy(str, enum.Enum):
     """Run up to ``max_catchup`` of them, oldest first; record the rest ``missed``."""
 
 
-class OnNodeLost(str, enum.Enum):
+class OnNodeLost(enum.StrEnum):
     """What happens to a started run whose node is lost."""
 
     retry = "retry"
@@ -75,7 +76,7 @@ class OnNodeLost(str, enum.Enum):
     """Record the run ``lost`` (at-most-once)."""
 
 
-class RunState(str, enum.Enum):
+class RunState(enum.StrEnum):
     """The states of a run; the last eight are terminal."""
 
     pending = "pending"
@@ -108,7 +109,7 @@ ACTIVE_STATES = frozenset({RunState.pending, RunState.queued, RunState.assigned,
 TERMINAL_STATES = frozenset(set(RunState) - ACTIVE_STATES)
 
 
-class MissReason(str, enum.Enum):
+class MissReason(enum.StrEnum):
     """Why a fire time did not run (or ran late)."""
 
     no_leader = "no_leader"

@@ -66,7 +66,7 @@ _MACROS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
            "@hourly": "0 * * * *"}
 
 
-class ScheduleKind(str, enum.Enum):
+class ScheduleKind(enum.StrEnum):
     """What a schedule is made of; the value is the spec key."""
 
     #: A cron expression evaluated on the wall clock of ``tz``.

@@ -226,7 +226,8 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("limits not table", with_("limits", 5), "limits"),
     ("log level", with_("log.level", "verbose"), "log.level"),
     ("log format", with_("log.format", "xml"), "log.format"),
-    ("prefixes not list", with_("cluster.allowed_call_prefixes", "pkg"), "cluster.allowed_call_prefixes"),
+    ("prefixes not list", with_("cluster.allowed_call_prefixes", "pkg"),
+     "cluster.allowed_call_prefixes"),
     ("bad prefix", with_("cluster.allowed_call_prefixes", ["ok.mod", "bad-mod"]),
      "cluster.allowed_call_prefixes[1]"),
     ("bad secret_env", with_("cluster.secret_env", "lower_case"), "cluster.secret_env"),
@@ -295,7 +296,8 @@ def test_bad_config_names_the_key(mutate: Callable[[dict[str, Any]], None], key:
 
 
 def test_unknown_key_suggests_the_right_one() -> None:
-    with pytest.raises(ConfigError, match=r"nodes\[1\]\.wrkers: unknown key \(did you mean 'workers'\?\)"):
+    want = r"nodes\[1\]\.wrkers: unknown key \(did you mean 'workers'\?\)"
+    with pytest.raises(ConfigError, match=want):
         parse_mutated(with_("nodes.1.wrkers", 4))
 
 

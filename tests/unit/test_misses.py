@@ -53,7 +53,7 @@ def accounted(res, schedule: Schedule, hwm: int) -> None:
     assert len(res.run) + sum(m.count for m in res.missed) == total
     assert list(res.run) == sorted(set(res.run))
     spans = sorted([(m.first_ms, m.last_ms) for m in res.missed] + [(r, r) for r in res.run])
-    for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+    for (_a0, a1), (b0, _b1) in zip(spans, spans[1:], strict=False):
         assert a1 < b0, "ranges and runs must not overlap"
     assert spans[0][0] > hwm
     assert max(a1 for _, a1 in spans) == res.hwm_ms
