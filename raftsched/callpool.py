@@ -7,6 +7,13 @@ on a deque; results go back to their event loop in batches, one
 ``call_soon_threadsafe`` per batch. Threads are started on demand up to a bound, and
 are daemons: a callable that never returns must not keep the node from exiting (a
 thread cannot be killed; its run is recorded timed out or lost and abandoned).
+
+In a burst the GIL is the scarce thing, so the pool spends it on starting calls:
+a submit wakes one thread only if none is already on its way to the queue, and a
+thread that takes a call and leaves others queued wakes the next (blocking calls
+still fan out to every thread, one wake-up apart, while quick ones are drained by
+the few threads already awake); and while calls are still queued the loop takes
+results in batches a few milliseconds apart, not one by one in between them.
 """
 
 from __future__ import annotations
@@ -15,10 +22,16 @@ import asyncio
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("raftsched.callpool")
+
+#: While calls are queued, results reach the loop in batches this far apart...
+DRAIN_DEFER_S = 0.002
+#: ...but never later than this after the first of them.
+DRAIN_DEFER_MAX_S = 0.05
 
 #: Callback given the callable's return value and the exception it raised (or None).
 Done = Callable[[Any, BaseException | None], None]
@@ -36,6 +49,8 @@ class CallPool:
         self._items: collections.deque[tuple[Any, ...]] = collections.deque()
         self._threads = 0
         self._idle = 0
+        # Threads notified (or started) that have not reached the queue yet.
+        self._waking = 0
         # Per loop: results not yet delivered (a drain is scheduled while non-empty).
         self._results: dict[asyncio.AbstractEventLoop, list[tuple[Done, Any, Any]]] = {}
 
@@ -46,29 +61,41 @@ class CallPool:
         waited for a thread: stopped, timed out) drops it uncalled and unreported."""
         with self._cond:
             self._items.append((loop, func, arg, done, skip))
-            if self._idle >= len(self._items):
+            if self._waking:
+                return  # a thread on its way to the queue takes it (and wakes the next)
+            if self._idle:
+                self._waking += 1
                 self._cond.notify()
                 return
             if self._threads >= self.size:
                 return  # every thread is busy: the call waits for one
             self._threads += 1
+            self._waking += 1
             n = self._threads
         try:
             threading.Thread(target=self._work, name=f"{self.name}-{n}", daemon=True).start()
         except RuntimeError:
             with self._cond:
                 self._threads -= 1
+                self._waking -= 1
                 self._items.pop()
             raise
 
     def _work(self) -> None:
+        waking = True  # a new thread counts as woken until it reaches the queue
         while True:
             with self._cond:
+                if waking:
+                    self._waking -= 1
+                    waking = False
                 while not self._items:
                     self._idle += 1
                     self._cond.wait()
                     self._idle -= 1
+                    self._waking -= 1  # only notify() wakes a waiter: it was for us
                 loop, func, arg, done, skip = self._items.popleft()
+                if self._items and not self._waking:
+                    self._wake_one()
             if skip is not None and skip():
                 continue
             try:
@@ -77,6 +104,21 @@ class CallPool:
                 value, exc = None, e
             del func, arg
             self._deliver(loop, done, value, exc)
+
+    def _wake_one(self) -> None:
+        """Called with the lock held: one more thread for the calls still queued."""
+        if self._idle:
+            self._waking += 1
+            self._cond.notify()
+        elif self._threads < self.size:
+            self._threads += 1
+            self._waking += 1
+            try:
+                threading.Thread(target=self._work, name=f"{self.name}-{self._threads}",
+                                 daemon=True).start()
+            except RuntimeError:
+                self._threads -= 1
+                self._waking -= 1
 
     def _deliver(self, loop: asyncio.AbstractEventLoop, done: Done, value: Any,
                  exc: BaseException | None) -> None:
@@ -88,15 +130,21 @@ class CallPool:
             pending.append((done, value, exc))
         if first:
             try:
-                loop.call_soon_threadsafe(self._drain, loop)
+                loop.call_soon_threadsafe(self._drain, loop, time.monotonic())
             except RuntimeError:
                 # The loop is closed (its node shut down): the result has no reader.
                 with self._cond:
                     self._results.pop(loop, None)
 
-    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _drain(self, loop: asyncio.AbstractEventLoop, since: float) -> None:
         with self._cond:
-            batch = self._results.pop(loop, [])
+            # While calls still wait for a thread (an instant's burst), starting them
+            # comes first: the loop handling results would take the GIL from them.
+            defer = bool(self._items) and time.monotonic() - since < DRAIN_DEFER_MAX_S
+            batch = [] if defer else self._results.pop(loop, [])
+        if defer:
+            loop.call_later(DRAIN_DEFER_S, self._drain, loop, since)
+            return
         for done, value, exc in batch:
             try:
                 done(value, exc)

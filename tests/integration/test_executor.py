@@ -188,3 +188,54 @@ def test_the_pool_starts_a_thread_when_every_thread_is_busy():
         return time.monotonic() - t0
 
     assert asyncio.run(main()) < 1.0, "a call waited behind busy threads"
+
+
+def test_blocking_calls_fan_out_to_every_thread_up_to_the_bound():
+    pool = CallPool(8, name="t-pool3")
+    gate = threading.Event()
+    entered: list[int] = []
+
+    def hold(i: int) -> int:
+        entered.append(i)
+        gate.wait(10)
+        return i
+
+    async def main() -> tuple[int, list[int]]:
+        loop = asyncio.get_running_loop()
+        got: list[int] = []
+        for i in range(12):
+            pool.submit(loop, hold, i, lambda v, e: got.append(v))
+        deadline = time.monotonic() + 5
+        while len(entered) < 8 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # a ninth thread would have entered by now
+        running = len(entered)
+        gate.set()
+        while len(got) < 12 and time.monotonic() < deadline + 5:
+            await asyncio.sleep(0.01)
+        return running, got
+
+    running, got = asyncio.run(main())
+    assert running == 8, f"{running} calls ran at once, want the bound of 8"
+    assert sorted(got) == list(range(12))
+
+
+def test_a_result_reaches_the_loop_while_other_calls_still_wait_for_a_thread():
+    pool = CallPool(1, name="t-pool4")
+    gate = threading.Event()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        first = asyncio.Event()
+        t0 = time.monotonic()
+        pool.submit(loop, lambda a: a, "quick", lambda v, e: first.set())
+        pool.submit(loop, lambda a: gate.wait(10), None, lambda v, e: None)
+        pool.submit(loop, lambda a: None, None, lambda v, e: None)  # queued behind it
+        try:
+            await asyncio.wait_for(first.wait(), 2)
+        finally:
+            gate.set()
+        return time.monotonic() - t0
+
+    took = asyncio.run(main())
+    assert took < 1.0, f"the quick call's result waited {took:.2f}s behind queued calls"
