@@ -81,6 +81,10 @@ class CallPool:
                 self._items.pop()
             raise
 
+    def queued(self) -> int:
+        """Calls waiting for a thread."""
+        return len(self._items)
+
     def _work(self) -> None:
         waking = True  # a new thread counts as woken until it reaches the queue
         while True:
@@ -154,6 +158,12 @@ class CallPool:
 
 _POOL: CallPool | None = None
 _POOL_LOCK = threading.Lock()
+
+
+def queued() -> int:
+    """Calls waiting for a thread in the process-wide pool."""
+    pool = _POOL
+    return 0 if pool is None else pool.queued()
 
 
 def shared(size: int) -> CallPool:

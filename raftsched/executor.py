@@ -31,6 +31,11 @@ from raftsched.procs import die_with_parent
 _CALL_THREADS = 64
 
 
+def calls_waiting() -> int:
+    """Sync callables handed to the thread pool and not yet started."""
+    return callpool.queued()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
     """What a run knows about itself; a Python callable receives it as its argument.

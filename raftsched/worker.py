@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from raftsched import events
 from raftsched.clock import now_ms
 from raftsched.errors import NotReady
-from raftsched.executor import Execution, ExecutionResult, RunContext
+from raftsched.executor import Execution, ExecutionResult, RunContext, calls_waiting
 from raftsched.trigger import jitter_ms
 
 if TYPE_CHECKING:
@@ -34,12 +34,16 @@ COMMIT_TIMEOUT_S = 5.0
 #: The longest pause between retries: after an election the held-up starts and
 #: finishes should land within a tick of the new leader, not half a second later.
 RETRY_MAX_S = 0.1
-#: After an instant at which at least QUIET_GROUP runs start here, their finishes are
-#: held for QUIET_MS: committing (and every node applying) the first finishes while
-#: the rest of the cluster is still handing that instant's runs to threads is what
-#: made the slow tail of the scheduling lag. A finish recorded 30 ms later costs nothing.
+#: After an instant at which at least QUIET_GROUP runs start here, finishes are held
+#: while that instant's calls still wait for a thread here, and at least QUIET_MS after
+#: the instant, but never past QUIET_MAX_MS: committing (and every node applying) the
+#: first finishes while the cluster is still handing the instant's runs to threads is
+#: what made the slow tail of the scheduling lag. A finish recorded later costs nothing
+#: (the slot was free when its run returned).
 QUIET_GROUP = 16
 QUIET_MS = 30
+QUIET_MAX_MS = 250
+QUIET_POLL_S = 0.005
 
 
 @dataclass(slots=True, kw_only=True)
@@ -122,8 +126,8 @@ class WorkerPool:
         self._tasks: set[asyncio.Future[Any]] = set()
         #: Launched runs by their start instant (epoch ms), each group one loop timer.
         self._at: dict[int, list[_Local]] = {}
-        #: Finishes wait until then (epoch ms): the quiet just after an instant.
-        self._quiet_until = 0
+        #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
+        self._quiet_at = 0
 
     # ------------------------------------------------------------ signals from the node
 
@@ -343,7 +347,7 @@ class WorkerPool:
             return
         group = self._at.pop(at_ms, ())
         if len(group) >= QUIET_GROUP:
-            self._quiet_until = max(self._quiet_until, at_ms + QUIET_MS)
+            self._quiet_at = at_ms
         for loc in group:
             try:
                 self._begin(loc)
@@ -389,16 +393,29 @@ class WorkerPool:
                     exit_code=result.exit_code, reason=result.reason)
         self._finish_wake.set()
 
+    async def _quiet(self) -> None:
+        """Hold finishes in the quiet after a big instant (see QUIET_MS). Bounded by
+        QUIET_MAX_MS from the instant, whichever way the wall clock steps meanwhile."""
+        since = now_ms() - self._quiet_at
+        if not 0 <= since < QUIET_MAX_MS:
+            return
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        give_up = t0 + (QUIET_MAX_MS - since) / 1000
+        while calls_waiting() and loop.time() < give_up:
+            await asyncio.sleep(QUIET_POLL_S)
+        hold = min(QUIET_MS - since - (loop.time() - t0) * 1000,
+                   (give_up - loop.time()) * 1000)
+        if hold > 0:
+            await asyncio.sleep(hold / 1000)
+
     async def _flush_finishes(self) -> None:
         while True:
             await self._finish_wake.wait()
             self._finish_wake.clear()
             if not self.finish_q:
                 continue
-            # Clamped: a wall clock stepped back must not hold finishes for its step.
-            hold = min(self._quiet_until - now_ms(), QUIET_MS)
-            if hold > 0:
-                await asyncio.sleep(hold / 1000)
+            await self._quiet()
             batch, self.finish_q = self.finish_q, []
             try:
                 # Refused items (stale fence) are logged by the node from the effect.
