@@ -290,7 +290,9 @@ def run_w1(ctx: Ctx) -> Result:
         "stamps it with the fire time), else the wait for a free slot (a slot is busy from "
         "the start commit until the run ends); *start submitted → callable entered* = the "
         "wait for the instant's timer and the hop to a callable thread; *callable entered → "
-        "finish submitted* = the run plus waiting for the previous finish batch to commit.",
+        "finish submitted* = the run, the hold of finishes just after a big instant (while "
+        "its calls still queue for a thread, and at least 30 ms) and the wait for the "
+        "previous finish batch to commit.",
         "*lag(start rec)* = `started_ms − scheduled_ms` from the run records: `started_ms` is "
         "the `at` the worker stamps into its `start` command when it submits it, i.e. "
         "**before** that command commits and before the callable runs.",
