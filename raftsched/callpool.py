@@ -12,8 +12,9 @@ In a burst the GIL is the scarce thing, so the pool spends it on starting calls:
 a submit wakes one thread only if none is already on its way to the queue, and a
 thread that takes a call and leaves others queued wakes the next (blocking calls
 still fan out to every thread, one wake-up apart, while quick ones are drained by
-the few threads already awake); and while calls are still queued the loop takes
-results in batches a few milliseconds apart, not one by one in between them.
+the few threads already awake); and while calls are queued, results wait until the
+queue is empty (at most 50 ms) and reach the loop as one batch, instead of the loop
+taking them one by one in between the calls.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from typing import Any
 
 log = logging.getLogger("raftsched.callpool")
 
-#: While calls are queued, results reach the loop in batches this far apart...
+#: While calls are queued, results wait for the queue to empty (checked this often)...
 DRAIN_DEFER_S = 0.002
-#: ...but never later than this after the first of them.
+#: ...but never longer than this after the first of them.
 DRAIN_DEFER_MAX_S = 0.05
 
 #: Callback given the callable's return value and the exception it raised (or None).
@@ -58,32 +59,59 @@ class CallPool:
                done: Done, skip: Callable[[], bool] | None = None) -> None:
         """Call ``func(arg)`` on a pool thread; ``done(value, exc)`` runs on ``loop``.
         ``skip()`` is asked when a thread takes the call: true (the run ended while it
-        waited for a thread: stopped, timed out) drops it uncalled and unreported."""
+        waited for a thread: stopped, timed out) drops it uncalled and unreported.
+        Raises (and drops the call) only if no thread exists and none can be started."""
+        item = (loop, func, arg, done, skip)
         with self._cond:
-            self._items.append((loop, func, arg, done, skip))
-            if self._waking:
-                return  # a thread on its way to the queue takes it (and wakes the next)
-            if self._idle:
-                self._waking += 1
-                self._cond.notify()
-                return
-            if self._threads >= self.size:
-                return  # every thread is busy: the call waits for one
-            self._threads += 1
-            self._waking += 1
-            n = self._threads
-        try:
-            threading.Thread(target=self._work, name=f"{self.name}-{n}", daemon=True).start()
-        except RuntimeError:
-            with self._cond:
-                self._threads -= 1
-                self._waking -= 1
-                self._items.pop()
-            raise
+            self._items.append(item)
+            n = self._reserve()
+        if n:
+            self._start(n, item)
 
     def queued(self) -> int:
         """Calls waiting for a thread."""
         return len(self._items)
+
+    def _reserve(self, new: bool = True) -> int:
+        """With the lock held, for the calls queued: wake an idle thread, or (``new``)
+        reserve a new one and return its number (0: one is on its way already, or none
+        may be added). One at a time: the one woken wakes the next if calls remain."""
+        if self._waking:
+            return 0
+        if self._idle:
+            self._waking += 1
+            self._cond.notify()
+            return 0
+        if not new or self._threads >= self.size:
+            return 0  # every thread is busy: the calls wait for one
+        self._threads += 1
+        self._waking += 1
+        return self._threads
+
+    def _start(self, n: int, item: tuple[Any, ...] | None) -> None:
+        """Start reserved thread ``n`` (outside the lock: a start waits for the new
+        thread to run). If it cannot start and no thread exists, ``item`` is dropped
+        and the error raised to its submitter; otherwise the queued calls wait for the
+        threads there are."""
+        try:
+            threading.Thread(target=self._work, name=f"{self.name}-{n}", daemon=True).start()
+        except BaseException as exc:
+            with self._cond:
+                self._threads -= 1
+                self._waking -= 1
+                dropped = self._threads == 0 and item is not None and self._drop(item)
+                if self._items:
+                    self._reserve(new=False)
+            if dropped or not isinstance(exc, Exception):
+                raise
+            log.exception("could not start a call thread; %d running", self._threads)
+
+    def _drop(self, item: tuple[Any, ...]) -> bool:
+        for i, queued in enumerate(self._items):
+            if queued is item:
+                del self._items[i]
+                return True
+        return False
 
     def _work(self) -> None:
         waking = True  # a new thread counts as woken until it reaches the queue
@@ -98,8 +126,9 @@ class CallPool:
                     self._idle -= 1
                     self._waking -= 1  # only notify() wakes a waiter: it was for us
                 loop, func, arg, done, skip = self._items.popleft()
-                if self._items and not self._waking:
-                    self._wake_one()
+                n = self._reserve() if self._items else 0
+            if n:
+                self._start(n, None)
             if skip is not None and skip():
                 continue
             try:
@@ -109,25 +138,13 @@ class CallPool:
             del func, arg
             self._deliver(loop, done, value, exc)
 
-    def _wake_one(self) -> None:
-        """Called with the lock held: one more thread for the calls still queued."""
-        if self._idle:
-            self._waking += 1
-            self._cond.notify()
-        elif self._threads < self.size:
-            self._threads += 1
-            self._waking += 1
-            try:
-                threading.Thread(target=self._work, name=f"{self.name}-{self._threads}",
-                                 daemon=True).start()
-            except RuntimeError:
-                self._threads -= 1
-                self._waking -= 1
-
     def _deliver(self, loop: asyncio.AbstractEventLoop, done: Done, value: Any,
                  exc: BaseException | None) -> None:
         with self._cond:
             pending = self._results.get(loop)
+            if pending is not None and loop.is_closed():
+                self._results.pop(loop, None)  # its deferred drain will never run
+                return
             first = pending is None
             if first:
                 pending = self._results[loop] = []

@@ -35,11 +35,12 @@ COMMIT_TIMEOUT_S = 5.0
 #: finishes should land within a tick of the new leader, not half a second later.
 RETRY_MAX_S = 0.1
 #: After an instant at which at least QUIET_GROUP runs start here, finishes are held
-#: while that instant's calls still wait for a thread here, and at least QUIET_MS after
-#: the instant, but never past QUIET_MAX_MS: committing (and every node applying) the
-#: first finishes while the cluster is still handing the instant's runs to threads is
-#: what made the slow tail of the scheduling lag. A finish recorded later costs nothing
-#: (the slot was free when its run returned).
+#: while the node's call pool still has calls waiting for a thread (mostly that
+#: instant's), and at least QUIET_MS after the instant, but never past QUIET_MAX_MS:
+#: committing (and every node applying) the first finishes while the cluster is still
+#: handing the instant's runs to threads is what made the slow tail of the scheduling
+#: lag. The cost: a run's slot is free when it returns, but its ``finished_ms`` (stamped
+#: when the finish is submitted) is up to the hold later than its real end.
 QUIET_GROUP = 16
 QUIET_MS = 30
 QUIET_MAX_MS = 250
@@ -180,6 +181,10 @@ class WorkerPool:
             flusher.cancel()
 
     async def stop(self) -> None:
+        """Stop every local run and wait for them (see ``Execution.stop``: a process
+        group is killed, a callable's thread is abandoned). Finishes the flusher has not
+        committed when :meth:`run` ends stay uncommitted; the leader releases those runs
+        when the node restarts or after the node timeout."""
         self._stopping = True
         self._wake.set()
         for loc in list(self.local.values()):
@@ -347,7 +352,8 @@ class WorkerPool:
             return
         group = self._at.pop(at_ms, ())
         if len(group) >= QUIET_GROUP:
-            self._quiet_at = at_ms
+            # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
+            self._quiet_at = max(self._quiet_at, at_ms)
         for loc in group:
             try:
                 self._begin(loc)

@@ -239,3 +239,38 @@ def test_a_result_reaches_the_loop_while_other_calls_still_wait_for_a_thread():
 
     took = asyncio.run(main())
     assert took < 1.0, f"the quick call's result waited {took:.2f}s behind queued calls"
+
+
+def test_a_thread_that_cannot_start_drops_the_call_only_when_no_thread_exists(monkeypatch):
+    pool = CallPool(2, name="t-pool5")
+    real_start = threading.Thread.start
+    gate = threading.Event()
+    fail = {"on": True}
+
+    def start(self: threading.Thread) -> None:
+        if fail["on"] and self.name.startswith("t-pool5"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        got: list[str] = []
+        # No thread at all: the submitter learns at once and nothing stays queued.
+        with pytest.raises(RuntimeError):
+            pool.submit(loop, lambda a: a, "lost", lambda v, e: got.append(v))
+        assert pool.queued() == 0
+        # One thread (busy); a second cannot start: the call waits for the first.
+        fail["on"] = False
+        pool.submit(loop, lambda a: (gate.wait(10), a)[1], "first", lambda v, e: got.append(v))
+        fail["on"] = True
+        pool.submit(loop, lambda a: a, "second", lambda v, e: got.append(v))
+        gate.set()
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return got
+
+    assert asyncio.run(main()) == ["first", "second"]
+    assert (pool._threads, pool._waking) == (1, 0)

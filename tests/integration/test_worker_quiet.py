@@ -4,6 +4,7 @@ calls that never get a thread, or a wall clock stepped back or forward."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_finishes_are_held_while_calls_queue_but_never_past_the_cap(monkeypatch)
 def test_finishes_are_held_quiet_ms_after_the_instant_when_nothing_queues(monkeypatch):
     monkeypatch.setattr(worker, "calls_waiting", lambda: 0)
     held = _held(_pool())
-    assert worker.QUIET_MS / 1000 - 0.01 <= held <= worker.QUIET_MS / 1000 + 0.1, held
+    assert worker.QUIET_MS / 1000 - 0.01 <= held <= worker.QUIET_MAX_MS / 1000 - 0.01, held
 
 
 @pytest.mark.parametrize("step_ms", [-3_600_000, 3_600_000])
@@ -52,3 +53,72 @@ def test_a_stepped_wall_clock_does_not_hold_finishes(monkeypatch, step_ms):
 def test_no_hold_without_a_big_instant(monkeypatch):
     monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
     assert _held(_pool(), instant_ago_ms=None) < 0.05
+
+
+def test_the_hold_ends_when_the_queue_empties(monkeypatch):
+    t0 = time.monotonic()
+    monkeypatch.setattr(worker, "calls_waiting", lambda: 7 if time.monotonic() - t0 < 0.1 else 0)
+    held = _held(_pool())
+    assert 0.1 <= held <= worker.QUIET_MAX_MS / 1000 - 0.01, held
+
+
+def test_a_clock_stepped_back_during_the_hold_does_not_extend_it(monkeypatch):
+    monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
+    real = worker.now_ms
+    calls = {"n": 0}
+
+    def stepping() -> int:
+        calls["n"] += 1
+        return real() - (3_600_000 if calls["n"] > 1 else 0)  # back one hour after entry
+
+    monkeypatch.setattr(worker, "now_ms", stepping)
+    t0 = time.monotonic()
+    _held(_pool())
+    assert time.monotonic() - t0 <= worker.QUIET_MAX_MS / 1000 + 0.2
+
+
+class _Loc:
+    run_id = "j@1"
+
+
+def test_a_big_instant_starts_the_quiet_and_a_late_small_or_old_one_does_not(monkeypatch):
+    pool = _pool()
+    monkeypatch.setattr(pool, "_begin", lambda loc: None)
+    now = now_ms()
+    pool._at[now - 10] = [_Loc()] * (worker.QUIET_GROUP - 1)
+    pool._fire(now - 10)
+    assert pool._quiet_at == 0, "a small instant must not hold finishes"
+    pool._at[now - 5] = [_Loc()] * worker.QUIET_GROUP
+    pool._fire(now - 5)
+    assert pool._quiet_at == now - 5
+    pool._at[now - 60_000] = [_Loc()] * 100  # a catch-up group fired late
+    pool._fire(now - 60_000)
+    assert pool._quiet_at == now - 5, "an older instant must not end a newer one's quiet"
+
+
+def test_finishes_are_submitted_no_sooner_than_quiet_ms_after_a_big_instant(monkeypatch):
+    monkeypatch.setattr(worker, "calls_waiting", lambda: 0)
+    pool = _pool()
+    submitted: list[int] = []
+
+    async def commit(cmd, at_floor=0):
+        submitted.append(now_ms())
+        return {"ok": True}
+
+    monkeypatch.setattr(pool, "_commit", commit)
+
+    async def main() -> int:
+        instant = now_ms()
+        pool._quiet_at = instant
+        flusher = asyncio.create_task(pool._flush_finishes())
+        pool.finish_q.append(["j@1", 1, "succeeded", None, "", "returned"])
+        pool._finish_wake.set()
+        deadline = time.monotonic() + 5
+        while not submitted and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        flusher.cancel()
+        return instant
+
+    instant = asyncio.run(main())
+    assert submitted, "the finish was never submitted"
+    assert submitted[0] - instant >= worker.QUIET_MS - 1, submitted[0] - instant
