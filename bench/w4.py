@@ -195,12 +195,14 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         f"writes during the snapshot phase (put_job from {WRITERS} threads, latency ms)",
         ["writes", "entries to 50k (50,000 − commit index at start)", "write/s",
          "p50 before dump", "p99 before", "max before", "p50 during dump", "p99 during",
-         "max during", "dump reached"],
+         "max during", "dump reached", "term (leader) before → after"],
         [[fmt(s.get("writes")), fmt(s.get("entries_needed")), fmt(s.get("rate")),
           fmt(s.get("before", {}).get("p50")), fmt(s.get("before", {}).get("p99")),
           fmt(s.get("before", {}).get("max")), fmt(s.get("during", {}).get("p50")),
           fmt(s.get("during", {}).get("p99")), fmt(s.get("during", {}).get("max")),
-          "yes" if s.get("all_dumped") else "no"]]))
+          "yes" if s.get("all_dumped") else "no",
+          "{0[0]} ({1[0]}) → {0[1]} ({1[1]})".format(s.get("term", [None, None]),
+                                                      s.get("leader", [None, None]))]]))
     res.tables.append((
         "restart of all three nodes (SIGTERM, start again)",
         ["N", "slowest SIGTERM exit s", "status answers s", "list_jobs total == N s"]
@@ -310,7 +312,8 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
     dump_paths = {n: os.path.join(c.data_dir, n, "raft.dump") for n in c.ids}
     before_mtime = {n: os.path.getmtime(p) if os.path.exists(p) else None
                     for n, p in dump_paths.items()}
-    commit0 = c.status(leader).get("commit_index") or 0
+    st0 = c.status(leader)
+    commit0 = st0.get("commit_index") or 0
     stop = threading.Event()
     lat: list[tuple[float, float]] = []  # (start monotonic, seconds)
     lock = threading.Lock()
@@ -358,7 +361,8 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
         stop.set()
         for th in threads:
             th.join(35)
-    commit1 = c.status(leader).get("commit_index") or 0
+    st1 = c.status(leader)
+    commit1 = st1.get("commit_index") or 0
     for d in dumps.values():
         if "tmp_mono" in d:
             d["tmp_at"] = d["tmp_mono"] - t0
@@ -380,7 +384,8 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
             "commit_end": commit1, "before": stats.summary(before),
             "during": stats.summary(during), "dumps": dumps,
             "all_dumped": all("done_mono" in d for d in dumps.values()), "errors": errors,
-            "lat": lat}
+            "lat": lat, "term": [st0.get("term"), st1.get("term")],
+            "leader": [st0.get("leader"), st1.get("leader")]}
 
 
 def _tracemalloc_breakdown(n: int) -> dict[str, Any]:
