@@ -203,6 +203,12 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
           "yes" if s.get("all_dumped") else "no",
           "{0[0]} ({1[0]}) → {0[1]} ({1[1]})".format(s.get("term", [None, None]),
                                                       s.get("leader", [None, None]))]]))
+    if s.get("terms"):
+        windows = ", ".join(f"{n} {fmt(d.get('tmp_at'))}–{fmt(d.get('done_at'))} s"
+                            for n, d in s.get("dumps", {}).items())
+        moves = ", ".join(f"{fmt(t)} s: term {term} ({lead})" for t, term, lead in s["terms"][1:])
+        res.notes.append(f"Snapshot phase: dump windows {windows}; term changes "
+                         f"{moves or 'none'} (polled every 0.1 s on the first leader).")
     res.tables.append((
         "restart of all three nodes (SIGTERM, start again)",
         ["N", "slowest SIGTERM exit s", "status answers s", "list_jobs total == N s"]
@@ -340,9 +346,21 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
         th.start()
     dumps: dict[str, dict[str, Any]] = {n: {} for n in c.ids}
     done_at: float | None = None
+    # (seconds from t0, term, leader) whenever the term moves: is an election due to a
+    # dump (inside a dump window) or to the load alone?
+    terms: list[tuple[float, Any, Any]] = [(0.0, st0.get("term"), st0.get("leader"))]
+    next_term_check = t0
     try:
         while time.monotonic() - t0 < budget:
             now = time.monotonic()
+            if now >= next_term_check:
+                next_term_check = now + 0.1
+                try:
+                    st = c.status(leader, timeout=1)
+                except Exception:  # noqa: BLE001 - the leader is busy or gone: try later
+                    st = {}
+                if st and st.get("term") != terms[-1][1]:
+                    terms.append((now - t0, st.get("term"), st.get("leader")))
             for n, p in dump_paths.items():
                 d = dumps[n]
                 if "tmp_mono" not in d and os.path.exists(p + ".tmp"):
@@ -384,7 +402,7 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
             "commit_end": commit1, "before": stats.summary(before),
             "during": stats.summary(during), "dumps": dumps,
             "all_dumped": all("done_mono" in d for d in dumps.values()), "errors": errors,
-            "lat": lat, "term": [st0.get("term"), st1.get("term")],
+            "lat": lat, "term": [st0.get("term"), st1.get("term")], "terms": terms,
             "leader": [st0.get("leader"), st1.get("leader")]}
 
 

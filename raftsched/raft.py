@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
 
 from raftsched.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.errors import LimitExceeded, NotReady, Overloaded
@@ -76,6 +77,47 @@ def _cap_raft_messages(limit: int) -> None:
 
 
 _cap_raft_messages(MAX_RAFT_MESSAGE)
+
+
+#: Bytes a journal record adds to its command: size, index, term, size.
+_RECORD_OVERHEAD = 4 + 16 + 4
+
+
+def drop_journal_prefix(journal: Any, count: int) -> bool:
+    """``FileJournal.deleteEntriesTo(count)`` with one ``mmap.move``; False (nothing
+    done) if the file does not look as expected.
+
+    After a snapshot pysyncobj rewrites every entry it keeps, one Python call each,
+    in the Raft thread: the tens of thousands written during a 30 s dump stalled a
+    leader past the election timeout (W4 saw the leader change just as the leader's
+    own dump ended). Records do not depend on their position, so the kept ones move
+    to the front in one copy. The journal is marked empty first: a crash during the
+    move leaves an empty journal (the new snapshot holds what came before; a
+    follower fetches the rest again), never a torn one."""
+    entries = journal._FileJournal__journal
+    if count <= 0:
+        return True
+    if count >= len(entries):
+        journal.clear()
+        return True
+    mm = journal._FileJournal__journalFile._ResizableFile__mm
+    end = journal._FileJournal__currentOffset
+    start = FIRST_RECORD_OFFSET + sum(len(cmd) for cmd, _, _ in entries[:count]) \
+        + count * _RECORD_OVERHEAD
+    last = entries[count - 1]
+    if not (isinstance(last[0], bytes) and FIRST_RECORD_OFFSET < start < end
+            and struct.unpack("<I", mm[start - 4:start])[0] == len(last[0]) + 16
+            and struct.unpack("<QQ", mm[start - 4 - len(last[0]) - 16:
+                                        start - 4 - len(last[0])]) == (last[1], last[2])):
+        return False
+    set_last = journal._FileJournal__setLastRecordOffset
+    set_last(FIRST_RECORD_OFFSET)
+    mm.move(FIRST_RECORD_OFFSET, start, end - start)
+    new_end = FIRST_RECORD_OFFSET + end - start
+    journal._FileJournal__currentOffset = new_end
+    set_last(new_end)
+    del entries[:count]
+    return True
 
 
 #: The name given to pysyncobj's tick thread, which forks the snapshot writer.
@@ -161,6 +203,13 @@ class _RaftSyncObj(SyncObj):  # type: ignore[misc]
     def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:
         if not self._rs_keep_log:
             super()._SyncObj__deleteEntriesFrom(from_idx)
+
+    def _SyncObj__deleteEntriesTo(self, to_idx: int) -> None:
+        raft_log = self._SyncObj__raftLog
+        if isinstance(raft_log, FileJournal) and len(raft_log) \
+                and drop_journal_prefix(raft_log, to_idx - raft_log[0][1]):
+            return
+        super()._SyncObj__deleteEntriesTo(to_idx)
 
 
 class _KeptLogFilter(logging.Filter):
