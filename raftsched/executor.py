@@ -90,7 +90,7 @@ class ExecutionResult:
 
 
 class Execution:
-    """One execution; :meth:`run` once, :meth:`stop` from anywhere on the loop."""
+    """One execution; :meth:`start` once, :meth:`stop` from anywhere on the loop."""
 
     def __init__(self, *, spec: JobSpec, ctx: RunContext, base_env: dict[str, str],
                  tail_bytes: int, allowed: tuple[str, ...], kill_grace_s: float,

@@ -8,6 +8,7 @@ process started here is killed at ``close()``; nothing else is ever signalled.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -49,6 +50,18 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: flo
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}"
                          + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+async def await_until(cond: Callable[[], Any], timeout: float, what: str,
+                      interval: float = 0.005) -> Any:
+    """:func:`wait_until` inside an event loop: poll without blocking the loop."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
 
 
 def witness_command(path: str, sleep_s: float = 0.0) -> list[str]:

@@ -17,6 +17,7 @@ import pytest
 from raftsched.callpool import CallPool
 from raftsched.executor import Execution, ExecutionResult, RunContext
 from raftsched.model import JobSpec
+from tests.integration.harness import await_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -161,10 +162,8 @@ def test_a_call_that_waited_for_a_thread_is_skipped_once_its_run_has_ended():
         pool.submit(loop, called.append, "c", lambda v, e: got.append(("c", e)))
         ended["b"] = True  # b's run ended while a held the only thread
         gate.set()
-        deadline = time.monotonic() + 5
-        while len(got) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)
+        await await_until(lambda: len(got) >= 2, 5, "a's and c's results")
+        await asyncio.sleep(0.1)  # b's result, if any, would have come by now
         return got
 
     got = asyncio.run(main())
@@ -205,14 +204,11 @@ def test_blocking_calls_fan_out_to_every_thread_up_to_the_bound():
         got: list[int] = []
         for i in range(12):
             pool.submit(loop, hold, i, lambda v, e: got.append(v))
-        deadline = time.monotonic() + 5
-        while len(entered) < 8 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: len(entered) >= 8, 5, "8 calls running at once")
         await asyncio.sleep(0.1)  # a ninth thread would have entered by now
         running = len(entered)
         gate.set()
-        while len(got) < 12 and time.monotonic() < deadline + 5:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: len(got) == 12, 5, "all 12 results")
         return running, got
 
     running, got = asyncio.run(main())
@@ -267,9 +263,7 @@ def test_a_thread_that_cannot_start_drops_the_call_only_when_no_thread_exists(mo
         fail["on"] = True
         pool.submit(loop, lambda a: a, "second", lambda v, e: got.append(v))
         gate.set()
-        deadline = time.monotonic() + 5
-        while len(got) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+        await await_until(lambda: len(got) >= 2, 5, "both results")
         return got
 
     assert asyncio.run(main()) == ["first", "second"]
