@@ -23,15 +23,18 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.cluster import ROOT, close_all
-from bench.common import Ctx, Result
+from bench.common import Ctx, Result, lock_cells
 
-ORDER = ["W1", "W2", "W3", "W4", "PROF"]
+ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "PROF", "W3F"]
+#: Run only when named (W3 includes it): W3's killed-follower case on its own.
+NAMED_ONLY = {"W3F"}
 
 
 def _workloads() -> dict[str, list[Callable[[Ctx], Result]]]:
-    from bench import profile, w1, w2, w3, w4
+    from bench import profile, w1, w2, w3, w4, w5, w6
     return {"W1": [w1.run_raw, w1.run_w1], "W2": [w2.run_w2], "W3": [w3.run_w3],
-            "W4": [w4.run_w4], "PROF": [profile.run_profile]}
+            "W3F": [w3.run_w3f], "W4": [w4.run_w4], "W5": [w5.run_w5], "W6": [w6.run_w6],
+            "PROF": [profile.run_profile]}
 
 
 def machine_facts() -> dict[str, Any]:
@@ -105,6 +108,11 @@ def render(results: list[Result], facts: dict[str, Any], command: str, quick: bo
             lines += [f"**Failed:** `{r.error}`", ""]
         for title, headers, rows in r.tables:
             lines += [f"**{title}**", "", md_table(headers, rows), ""]
+        if r.locks:
+            lines += ["**Raft lock holds (target: none over 20 ms)**", "", md_table(
+                ["cluster", "lock hold max ms (any node, since start)",
+                 "holds over 20 ms (3 nodes)", "holds over 20 ms by site (count, max ms)"],
+                [[label, *lock_cells(rep)] for label, rep in r.locks]), ""]
         for note in r.notes:
             lines.append(f"- {note}")
         if r.notes:
@@ -131,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in only if x not in ORDER]
     if bad:
         ap.error(f"unknown workload(s) {bad}; choose from {ORDER}")
-    chosen = [w for w in ORDER if not only or w in only]
+    chosen = [w for w in ORDER if w in only or (not only and w not in NAMED_ONLY)]
     os.makedirs(args.out, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="raftsched-bench-")
     stamp = dt.date.today().isoformat()
@@ -187,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dump({"command": command, "facts": facts, "quick": args.quick, "total_s": total,
                    "results": [{"name": r.name, "title": r.title, "error": r.error,
                                 "seconds": r.seconds, "tables": r.tables, "notes": r.notes,
-                                "plots": r.plots, "raw": r.raw} for r in results]},
+                                "plots": r.plots, "raw": r.raw, "locks": r.locks}
+                               for r in results]},
                   f, indent=1, default=str)
     sys.stdout.write(text + "\n")
     sys.stdout.write(f"\nwritten: {md_path}\n")

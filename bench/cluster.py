@@ -1,6 +1,7 @@
 """A bench-local loopback cluster of ``python -m raftsched node`` processes.
 
-Like ``tests/integration/harness.Cluster`` but tuned for measuring: log level
+The shared launcher (:class:`raftsched.faces.launcher.LoopbackCluster`, also behind
+``raftsched local`` and the integration tests) tuned for measuring: log level
 ``warning`` (event logging must not dominate), many worker slots, a large queue,
 ``allowed_call_prefixes = ["bench"]``, a stamp folder for :mod:`bench.noop`, and helpers
 to read RSS/CPU of the node processes and their ``/metrics``. Every process started
@@ -12,17 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from typing import Any
 
-from raftsched.client import Client
+from raftsched.faces.launcher import LoopbackCluster, free_ports, json_lines, wait_until
 
-# The test harness's loopback helpers (stdlib only): one copy for tests and benchmarks.
-from tests.integration.harness import free_ports, json_lines, wait_until  # noqa: F401
+__all__ = ["ROOT", "BenchCluster", "close_all", "free_ports", "json_lines", "now_ms", "track",
+           "wait_until"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,150 +51,46 @@ def close_all() -> None:
                 pass
 
 
-class BenchCluster:
+class BenchCluster(LoopbackCluster):
     """``n`` nodes under ``tmp``; see the module docstring."""
+
+    status_timeout_s = 3.0
+    leader_timeout_s = 30.0
+    client_timeout_s = 15.0
 
     def __init__(self, tmp: str, n: int = 3, *, workers: int = 256, queue: int = 4096,
                  history_limit: int = 1000, timing: dict[str, str] | None = None,
                  log_level: str = "warning", max_jobs: int | None = None) -> None:
-        self.tmp = tmp
-        os.makedirs(tmp, exist_ok=True)
-        self.ids = [f"n{i}" for i in range(1, n + 1)]
-        ports = free_ports(3 * n)
-        self.raft = {nid: f"127.0.0.1:{ports[i]}" for i, nid in enumerate(self.ids)}
-        self.api = {nid: f"127.0.0.1:{ports[n + i]}" for i, nid in enumerate(self.ids)}
-        self.metrics_addr = {nid: f"127.0.0.1:{ports[2 * n + i]}"
-                             for i, nid in enumerate(self.ids)}
-        self.data_dir = os.path.join(tmp, "data")
         self.stamp_dir = os.path.join(tmp, "stamps")
         os.makedirs(self.stamp_dir, exist_ok=True)
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs = {nid: os.path.join(tmp, f"{nid}.log") for nid in self.ids}
-        self.config = os.path.join(tmp, "cluster.toml")
-        lines = ["[cluster]", f"data_dir = {json.dumps(self.data_dir)}",
-                 'secret_env = ""', 'allowed_call_prefixes = ["bench"]', "",
-                 "[limits]", f"history_limit = {history_limit}"]
+        limits: dict[str, int] = {"history_limit": history_limit}
         if max_jobs is not None:
-            lines.append(f"max_jobs = {max_jobs}")
-        lines += ["", "[timing]"]
-        lines += [f"{k} = {json.dumps(v)}" for k, v in (timing or {}).items()]
-        lines += ["", "[log]", 'format = "json"', f'level = "{log_level}"', ""]
-        for nid in self.ids:
-            lines += ["[[nodes]]", f'id = "{nid}"', f'raft = "{self.raft[nid]}"',
-                      f'api = "{self.api[nid]}"', f'metrics = "{self.metrics_addr[nid]}"',
-                      f"workers = {workers}", f"queue = {queue}", ""]
-        with open(self.config, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines))
+            limits["max_jobs"] = max_jobs
+        super().__init__(tmp, n, secret_env="", pythonpath=ROOT, cwd=ROOT,
+                         env={"BENCH_STAMP_DIR": self.stamp_dir},
+                         allowed_call_prefixes=["bench"], limits=limits, timing=timing or {},
+                         log_level=log_level, workers=workers, queue=queue)
         _LIVE.append(self)
 
-    # ---------------------------------------------------------------- processes
-
-    def start(self, nid: str, env: dict[str, str] | None = None) -> None:
-        if nid in self.procs and self.procs[nid].poll() is None:
-            raise RuntimeError(f"{nid} is already running")
-        full = dict(os.environ)
-        full["PYTHONPATH"] = ROOT + (os.pathsep + full["PYTHONPATH"]
-                                     if full.get("PYTHONPATH") else "")
-        full.pop("RAFTSCHED_FAULT", None)
-        full["BENCH_STAMP_DIR"] = self.stamp_dir
-        full.update(env or {})
-        with open(self.logs[nid], "ab") as log:
-            self.procs[nid] = subprocess.Popen(
-                [sys.executable, "-m", "raftsched", "node", "--config", self.config,
-                 "--id", nid],
-                stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, env=full,
-                cwd=ROOT, start_new_session=True)
-
-    def start_all(self) -> None:
-        for nid in self.ids:
-            self.start(nid)
-
-    def alive(self, nid: str) -> bool:
-        return nid in self.procs and self.procs[nid].poll() is None
-
-    def pid(self, nid: str) -> int:
-        return self.procs[nid].pid
-
-    def kill(self, nid: str) -> int:
+    def kill(self, nid: str) -> int:  # type: ignore[override]
         """SIGKILL ``nid``; returns the kill time (epoch ms, taken just before the signal)."""
-        proc = self.procs[nid]
-        t = now_ms()
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        return t
-
-    def terminate(self, nid: str, timeout: float = 20.0) -> float:
-        """SIGTERM ``nid`` and wait; SIGKILL after ``timeout``. Returns seconds to exit."""
-        proc = self.procs[nid]
-        t0 = time.monotonic()
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        return time.monotonic() - t0
-
-    def terminate_all(self, timeout: float = 60.0) -> dict[str, float]:
-        """SIGTERM every running node at once; seconds until each exited (SIGKILL after
-        ``timeout``)."""
-        t0 = time.monotonic()
-        running = [n for n in self.ids if self.alive(n)]
-        for n in running:
-            os.kill(self.pid(n), signal.SIGTERM)
-        out: dict[str, float] = {}
-        for n in running:
-            proc = self.procs[n]
-            try:
-                proc.wait(max(timeout - (time.monotonic() - t0), 0.1))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-            out[n] = time.monotonic() - t0
-        return out
+        return int(super().kill(nid) * 1000)
 
     def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    pass
+        super().close()
         if self in _LIVE:
             _LIVE.remove(self)
 
     def __enter__(self) -> BenchCluster:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # ---------------------------------------------------------------- clients
-
-    def client(self, nids: list[str] | None = None, timeout: float = 15.0) -> Client:
-        return Client([self.api[n] for n in (nids or self.ids)], timeout=timeout)
-
-    def status(self, nid: str, timeout: float = 3.0) -> dict[str, Any]:
-        with Client([self.api[nid]], timeout=timeout) as c:
-            return c.status()
-
-    def wait_leader(self, timeout: float = 30.0, among: list[str] | None = None) -> str:
-        """A leader every live node of ``among`` agrees on (and that is alive)."""
-        def agreed() -> str | None:
-            live = [n for n in (among or self.ids) if self.alive(n)]
-            leaders = {self.status(n)["leader"] for n in live}
-            if len(leaders) == 1:
-                leader = leaders.pop()
-                if leader is not None and self.alive(leader):
-                    return leader
-            return None
-        return wait_until(agreed, timeout, "an agreed leader")
+    def start_with_jobs(self, specs: list[dict[str, Any]]) -> None:
+        """Start every node, wait for a leader and every node alive, put ``specs``."""
+        self.start_all()
+        self.wait_leader(60)
+        self.wait_all_alive(60)
+        with self.client(timeout=30) as cl:
+            cl.call("put_jobs", specs=specs)
 
     def wait_all_alive(self, timeout: float = 30.0) -> None:
         """Every running node is alive and connected in the leader's view."""
@@ -232,19 +126,7 @@ class BenchCluster:
 
     def metrics(self, nid: str, timeout: float = 5.0) -> dict[str, float]:
         """``/metrics`` parsed as ``{"name{labels}": value}``."""
-        url = f"http://{self.metrics_addr[nid]}/metrics"
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback
-            text = resp.read().decode()
-        out: dict[str, float] = {}
-        for line in text.splitlines():
-            if not line or line.startswith("#"):
-                continue
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                continue
-        return out
+        return self.scrape(nid, timeout)
 
     def stamps(self) -> list[tuple[str, int, int, int, str]]:
         """Executions recorded by ``bench.noop:stamp``: (run_id, attempt, fence, call_ms, node)."""

@@ -96,7 +96,7 @@ def _thread_label(frames: list[str]) -> str:
 
 #: Entry/dispatch frames every stack of a thread shares; left out of the cumulative list.
 _ENTRY = ("Thread._bootstrap", "Thread.run (", "_run_module_as_main", "_run_code (",
-          "(raftsched/__main__.py)", "main (raftsched/cli.py)", "_cmd_node (", "run_node (",
+          "(raftsched/__main__.py)", "main (raftsched/faces/cli.py)", "_cmd_node (", "run_node (",
           "Runner.run (", "run (asyncio/runners.py)", "run_until_complete (", "run_forever (",
           "._run_once (", "Handle._run (", "_autoTickThread (", "_worker (concurrent")
 
@@ -177,6 +177,7 @@ def run_profile(ctx: Ctx) -> Result:
         res.error = "py-spy is not installed (pip install py-spy)"
         return res
     r = w1.run_raftsched(ctx, 1000, window, 3, profile_s=seconds, name="prof-1000")
+    res.locks.append(("W1 J=1000 under py-spy", r["lock"]))
     prof = r.get("profile") or {}
     res.raw = {k: v for k, v in r.items() if not k.endswith("_sorted")}
     if prof.get("error") or not prof.get("path"):

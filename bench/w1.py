@@ -17,13 +17,13 @@ from typing import Any
 
 from bench import stats
 from bench.cluster import ROOT, BenchCluster, now_ms, track
-from bench.common import Ctx, Result, bulk_batch, fmt, pysyncobj_problems
-from raftsched.config import Timing
+from bench.common import Ctx, Result, bulk_batch, fmt, lock_report, pysyncobj_problems
+from raftsched.node.config import Timing
 
 SPEC_CALL = "bench.noop:stamp"
 
 
-#: Worker slots per node (raftsched.config.MAX_WORKERS).
+#: Worker slots per node (raftsched.node.config.MAX_WORKERS).
 WORKERS = 1024
 
 
@@ -59,13 +59,16 @@ def run_raw(ctx: Ctx) -> Result:
 
 # ------------------------------------------------------------------ APScheduler
 
-def run_aps(ctx: Ctx, jobs: int, seconds: int, warmup: int) -> dict[str, Any]:
+def run_aps(ctx: Ctx, jobs: int, seconds: int, warmup: int, extra: tuple[str, ...] = (),
+            slack_s: int = 90) -> dict[str, Any]:
+    """``python -m bench.aps`` (with ``extra`` arguments) in a process of its own: its
+    JSON line, or ``{"error": ...}``."""
     cmd = [sys.executable, "-m", "bench.aps", "--jobs", str(jobs), "--seconds", str(seconds),
-           "--warmup", str(warmup), "--threads", "64"]
+           "--warmup", str(warmup), "--threads", "64", *extra]
     proc = track(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, cwd=ROOT))
     try:
-        out, err = proc.communicate(timeout=seconds + warmup + 90)
+        out, err = proc.communicate(timeout=seconds + warmup + slack_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -128,6 +131,7 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         st_end = c.status(leader)
         stamps = c.stamps()
         problems = pysyncobj_problems(c)
+        locks = lock_report(c)
     finally:
         c.close()
     acc = stats.account(runs, w0, w1)
@@ -175,7 +179,7 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         "applied_per_s": applied / seconds, "apply_ms_per_cmd": (apply_s / applied * 1000)
         if applied else None,
         "term_start": term0, "term_end": st_end["term"], "fetch_s": fetch_s,
-        "problems": problems, "window": [w0, w1], "profile": prof,
+        "problems": problems, "window": [w0, w1], "profile": prof, "lock": locks,
     }
 
 
@@ -218,6 +222,7 @@ def run_w1(ctx: Ctx) -> Result:
             continue
         ctx.log(f"W1 APScheduler J={j}")
         a = run_aps(ctx, j, seconds, warmup)
+        res.locks.append((f"J={j}", r["lock"]))
         res.raw[f"raftsched_{j}"] = {k: v for k, v in r.items() if not k.endswith("_sorted")}
         res.raw[f"aps_{j}"] = {k: v for k, v in a.items() if k != "lags_ms"}
         a_lag = stats.summary(a.get("lags_ms", []))

@@ -16,15 +16,16 @@ run records are compared (the killed and replayed nodes must agree with the lead
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
-from bench.common import Ctx, Result, fmt, pysyncobj_problems
+from bench.common import Ctx, Result, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
-from raftsched.config import Timing
+from raftsched.node.config import Timing
 
 JOBS = 50
 
@@ -32,16 +33,13 @@ JOBS = 50
 def run_w2(ctx: Ctx) -> Result:
     res = Result("W2", f"W2 failover: SIGKILL the leader, {JOBS} every-second jobs")
     kills = 3 if ctx.quick else 10
-    c = BenchCluster(ctx.dir("w2"), workers=64, queue=4096, history_limit=1000)
+    c = BenchCluster(ctx.dir("w2"), workers=64, queue=4096, history_limit=1000,
+                     timing=bench_timing())
     ids = [f"w2-{i:03d}" for i in range(JOBS)]
     events: list[dict[str, Any]] = []
     try:
-        c.start_all()
-        c.wait_leader(60)
-        c.wait_all_alive(60)
-        with c.client(timeout=30) as cl:
-            cl.call("put_jobs", specs=[{"id": j, "schedule": {"every": "1s"},
-                                        "call": "bench.noop:stamp"} for j in ids])
+        c.start_with_jobs([{"id": j, "schedule": {"every": "1s"}, "call": "bench.noop:stamp"}
+                           for j in ids])
         time.sleep(3)
         t_begin = now_ms()
         for k in range(kills):
@@ -63,7 +61,8 @@ def run_w2(ctx: Ctx) -> Result:
                 with c.client([nid], timeout=5) as cl:
                     for j in ids[:3]:
                         for r in cl.runs(j, limit=5)["runs"]:
-                            if r["started_ms"] and any(tr[1] == "assigned" and tr[0] > t
+                            if r["started_ms"] and any(tr["state"] == "assigned"
+                                                       and tr["at_ms"] > t
                                                        for tr in r["transitions"]):
                                 return True
                 return False
@@ -84,6 +83,8 @@ def run_w2(ctx: Ctx) -> Result:
         replicas = {n: snapshot_runs(c, n, ids) for n in c.ids if n != leader}
         agree = {n: diff_runs(runs, r, cut) for n, r in replicas.items()}
         problems = pysyncobj_problems(c)
+        res.locks.append(("W2 cluster, after the kills (a restarted node: since its restart)",
+                          lock_report(c)))
     finally:
         c.close()
     # ---------------------------------------------------------------- per kill
@@ -94,8 +95,15 @@ def run_w2(ctx: Ctx) -> Result:
         lo = ev["t_kill"]
         hi = events[i + 1]["t_kill"] if i + 1 < len(events) else t_end + 3000
         t_assign, start_ms, call_ms = None, None, None
+        # Any run's first start/call after the kill: a run the old leader had assigned
+        # (lookahead) starts without waiting for the new one.
+        any_start = min((r["started_ms"] for r in allrecs
+                         if r["started_ms"] is not None and lo < r["started_ms"] < hi),
+                        default=None)
+        any_call = min((t for t in first_call.values() if lo < t < hi), default=None)
         for r in allrecs:
-            ats = [tr[0] for tr in r["transitions"] if tr[1] == "assigned" and lo < tr[0] < hi]
+            ats = [tr["at_ms"] for tr in r["transitions"]
+                   if tr["state"] == "assigned" and lo < tr["at_ms"] < hi]
             if not ats:
                 continue
             a = min(ats)
@@ -111,16 +119,20 @@ def run_w2(ctx: Ctx) -> Result:
              "assign_s": (t_assign - lo) / 1000 if t_assign else None,
              "start_s": (start_ms - lo) / 1000 if start_ms else None,
              "call_s": (call_ms - lo) / 1000 if call_ms else None,
+             "any_start_s": (any_start - lo) / 1000 if any_start else None,
+             "any_call_s": (any_call - lo) / 1000 if any_call else None,
              "rejoin_s": (ev["t_rejoin"] - ev["t_restart"]) / 1000}
         per_kill.append(d)
         rows.append([str(i + 1), f"{ev['old']} → {ev['new']}", fmt(d["leader_seen_s"], 2),
                      fmt(d["assign_s"], 3), fmt(d["start_s"], 3), fmt(d["call_s"], 3),
-                     fmt(d["rejoin_s"], 2)])
+                     fmt(d["any_start_s"], 3), fmt(d["any_call_s"], 3), fmt(d["rejoin_s"], 2)])
     summ_rows = []
     for key, label in (("leader_seen_s", "new leader visible in status"),
                        ("assign_s", "first run assigned by the new leader"),
                        ("start_s", "first start of a new-leader run (start record)"),
                        ("call_s", "first call of a new-leader run (stamp)"),
+                       ("any_start_s", "first start of any run (start record)"),
+                       ("any_call_s", "first call of any run (stamp)"),
                        ("rejoin_s", "killed node restarted → alive again")):
         vals = [d[key] for d in per_kill if d[key] is not None]
         summ_rows.append([label, fmt(stats.median(vals), 3),
@@ -138,7 +150,8 @@ def run_w2(ctx: Ctx) -> Result:
                "replicas": agree, "problems": problems, "window": [t_begin, t_end]}
     res.tables.append(("per kill (seconds after the SIGKILL)",
                        ["#", "leader old → new", "new leader in status", "first assign",
-                        "first start", "first call", "rejoin"], rows))
+                        "first start", "first call", "any run: start", "any run: call",
+                        "rejoin"], rows))
     res.tables.append((f"median and max over {len(per_kill)} kills (s)",
                        ["measure", "median", "max", "measured"], summ_rows))
     res.tables.append(("whole window: every fire time exactly once",
@@ -153,7 +166,7 @@ def run_w2(ctx: Ctx) -> Result:
                        ["node", "records compared", "differ", "on one side only", "examples"],
                        [[n, fmt(d["compared"]), fmt(d["mismatched"]), fmt(d["only_one_side"]),
                          "; ".join(d["examples"][:2]) or "—"] for n, d in agree.items()]))
-    _t = Timing()
+    _t = Timing(**_timing_ms())
     res.notes += [
         f"Timing config: raftsched defaults (election timeout {_t.election_timeout_min_ms}–"
         f"{_t.election_timeout_max_ms} ms, heartbeat {_t.heartbeat_ms} ms, node_timeout "
@@ -173,6 +186,17 @@ def run_w2(ctx: Ctx) -> Result:
         res.notes.append(f"node log warnings+: `{problems}`")
     res.plots.append(_plot(ctx, per_kill))
     return res
+
+
+def bench_timing() -> dict[str, str]:
+    """``[timing]`` overrides for W2 and W3F from ``BENCH_TIMING`` (JSON, e.g.
+    ``{"lookahead": "1s"}``); raftsched's defaults when unset."""
+    return json.loads(os.environ.get("BENCH_TIMING", "{}"))
+
+
+def _timing_ms() -> dict[str, int]:
+    from raftsched.core.durations import parse_duration
+    return {f"{k}_ms": parse_duration(v, k) for k, v in bench_timing().items()}
 
 
 def _plot(ctx: Ctx, per_kill: list[dict[str, Any]]) -> str:

@@ -9,7 +9,7 @@ Steps (one 3-node cluster, N grows in steps):
    RSS per node, RSS per job.
 3. After the last N: small ``put_job`` writes from 16 threads, timed one by one, until
    every node has written ``raft.dump`` (pysyncobj compacts after 50,000 log entries
-   or 600 s, both fixed in ``raftsched/raft.py``), so the writes are both the load that
+   or 600 s, both fixed in ``raftsched/node/raft.py``), so the writes are both the load that
    reaches the compaction threshold and the latency probe during the dump.
 4. Restart: SIGTERM all nodes, start them again, time until ``status`` answers with a
    leader and ``list_jobs`` reports all N jobs.
@@ -27,7 +27,7 @@ from typing import Any
 
 from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
-from bench.common import Ctx, Result, bulk_batch, fmt, pysyncobj_problems
+from bench.common import Ctx, Result, bulk_batch, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
 
 FAR = {"at": "2099-01-01T00:00:00Z"}
@@ -168,6 +168,8 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         res.raw["restart"] = {"stop_s": stop_s, "status_s": status_s, "jobs_s": jobs_s,
                               "rss_kb": rss_r}
         res.raw["problems"] = pysyncobj_problems(c)
+        res.locks.append(("W4 cluster (nodes restarted in the restart phase: since then)",
+                          lock_report(c)))
         if refused:
             res.notes.append(f"**put_jobs refused {refused} specs**, e.g. `{refused_example}`")
     finally:
@@ -225,7 +227,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         + [["**total**", fmt(bd["total"])]]))
     res.notes += [
         f"Bulk put: `put_jobs` with {bulk_batch()} specs per call (the node's cap, "
-        "`raftsched.state.MAX_PUT_BATCH`; the brief asked for 5000, the API now refuses "
+        "`raftsched.core.state.MAX_PUT_BATCH`; the brief asked for 5000, the API now refuses "
         "more than the cap), one call at a time on one connection to the leader.",
         "RSS/job = (RSS after the step − RSS before any far-future job) ÷ N, per node, "
         "averaged over the three nodes; the target is ≤ 1 KB/job.",
@@ -409,7 +411,7 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
 def _tracemalloc_breakdown(n: int) -> dict[str, Any]:
     import tracemalloc
 
-    from raftsched.state import ClusterState
+    from raftsched.core.state import ClusterState
 
     st = ClusterState()
     tracemalloc.start()

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from raftsched.cli import main
+from raftsched.faces.cli import main
 
 sys.exit(main())

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Nodes without a configured secret leave pointers to their generated secret for the
+# local clients (raftsched.wire.secretfile); this run's go to a private temp dir, not
+# the user's home. Node processes inherit it.
+os.environ.setdefault("RAFTSCHED_RUNTIME_DIR", tempfile.mkdtemp(prefix="rs-runtime-"))
 
 
 @pytest.fixture

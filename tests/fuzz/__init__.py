@@ -12,8 +12,6 @@ job before and after; jobs the fuzzer creates are paused, scheduled in 2099, run
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import random
 import socket
 import struct
@@ -22,6 +20,8 @@ from typing import Any
 
 import msgpack
 
+from raftsched.wire import session
+
 FRAME = struct.Struct(">I")
 #: Real ops served by the node's handler.
 OPS = ("put_job", "get_job", "list_jobs", "delete_job", "pause", "resume", "trigger", "runs",
@@ -29,7 +29,8 @@ OPS = ("put_job", "get_job", "list_jobs", "delete_job", "pause", "resume", "trig
 #: Ops answered by the API server itself.
 OPEN_OPS = ("hello", "auth", "ping")
 WRITE_OPS = frozenset({"put_job", "put_jobs", "delete_job", "pause", "resume", "trigger"})
-ARG_KEYS = ("id", "spec", "specs", "limit", "prefix", "rid", "force", "catch_up", "mac")
+ARG_KEYS = ("id", "spec", "specs", "limit", "prefix", "rid", "force", "catch_up", "mac",
+            "proof", "cnonce")
 #: The job a fuzz run must leave untouched.
 PROTECTED_JOB = "keep"
 #: Every error code the node may send; anything else in a reply is a finding.
@@ -85,9 +86,37 @@ class RawConn:
         self.sock = socket.create_connection(split_addr(addr), timeout=timeout)
         self.sock.settimeout(timeout)
         self._ids = iter(range(1, 1 << 62))
+        #: After auth (protocol 2) every frame is sealed both ways; see :meth:`send`.
+        self.ciphers: session.Ciphers | None = None
+        self._pending = b""
+        self._desynced = False
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        """Bytes as the node should see them. Once authenticated, each complete frame in
+        ``data`` is sealed on its way (so fuzzed bodies reach the parser behind the
+        cipher); an incomplete tail goes out with its header grown by the tag and its
+        bytes as they are, and everything after it raw (the stream is broken anyway)."""
+        if self.ciphers is None or self._desynced:
+            self.sock.sendall(data)
+            return
+        buf = self._pending + data
+        out = bytearray()
+        while len(buf) >= FRAME.size:
+            (size,) = FRAME.unpack(buf[:FRAME.size])
+            if len(buf) < FRAME.size + size:
+                break
+            sealed = self.ciphers.send.seal(buf[FRAME.size:FRAME.size + size])
+            out += FRAME.pack(len(sealed)) + sealed
+            buf = buf[FRAME.size + size:]
+        if buf:
+            size = FRAME.unpack(buf[:FRAME.size])[0] if len(buf) >= FRAME.size else None
+            if size is not None:
+                out += FRAME.pack(min(size + session.SEAL_OVERHEAD, 0xFFFFFFFF)) + buf[FRAME.size:]
+            else:
+                out += buf
+            self._desynced = True
+        self._pending = b""
+        self.sock.sendall(bytes(out))
 
     def _recv_exactly(self, n: int) -> bytes | None:
         buf = bytearray()
@@ -108,6 +137,8 @@ class RawConn:
         body = self._recv_exactly(size) if size else b""
         if body is None:
             raise ConnectionError("EOF after a frame header")
+        if self.ciphers is not None:
+            body = self.ciphers.recv.open(body)
         return msgpack.unpackb(body, raw=False)
 
     def request(self, op: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -119,12 +150,17 @@ class RawConn:
         return reply
 
     def auth(self, secret: str) -> None:
-        hello = self.request("hello")
-        nonce = bytes.fromhex(hello["result"]["nonce"])
-        mac = hmac.new(secret.encode(), nonce, hashlib.sha256).hexdigest()
-        reply = self.request("auth", {"mac": mac})
+        """Protocol 2: both sides prove the secret; every later frame is sealed."""
+        cnonce = session.new_nonce()
+        hello = self.request("hello", {"cnonce": cnonce.hex()})
+        snonce = bytes.fromhex(hello["result"]["nonce"])
+        key = secret.encode()
+        reply = self.request("auth", {"proof": session.client_proof(key, snonce, cnonce).hex()})
         if not reply.get("ok"):
             raise AssertionError(f"auth refused: {reply}")
+        if reply["result"]["proof"] != session.server_proof(key, snonce, cnonce).hex():
+            raise AssertionError("the node's proof is wrong")
+        self.ciphers = session.ciphers(key, snonce, cnonce, server=False)
 
     def drain(self) -> list[dict[str, Any]]:
         """Half-close our side, then read every reply until the node closes."""
@@ -405,11 +441,13 @@ class Gen:
             return data + r.randbytes(r.randint(0, 8))
         if k == 4:  # pipelined requests with no auth
             return b"".join(frame(packb(self.valid_request())) for _ in range(r.randint(1, 5)))
-        # auth games: hello + bad macs
-        parts = [envelope("hello", {}, 1)]
+        # auth games: hello (with a nonce, a bad one or none) + bad proofs
+        cnonce = r.choice((r.randbytes(32).hex(), self.text(), 7, None))
+        parts = [envelope("hello", {"cnonce": cnonce} if cnonce is not None else {}, 1)]
         for i in range(r.randint(1, 5)):
-            parts.append(envelope("auth", {"mac": r.choice((self.text(), "00" * 32,
-                                                           r.randbytes(32).hex(), 5, None))},
+            key = r.choice(("proof", "mac"))
+            parts.append(envelope("auth", {key: r.choice((self.text(), "00" * 32,
+                                                         r.randbytes(32).hex(), 5, None))},
                                   i + 2))
         parts.append(envelope("status", {}, 99))
         return b"".join(parts)

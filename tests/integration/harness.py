@@ -1,55 +1,35 @@
 """Real node processes on loopback for integration tests.
 
-A :class:`Cluster` writes a config with free ports, starts ``python -m raftsched node``
-processes, and can SIGKILL, SIGSTOP, SIGCONT and restart them. Jobs record what
-actually ran by appending their RAFTSCHED_* environment to a witness file. Every
-process started here is killed at ``close()``; nothing else is ever signalled.
+A :class:`Cluster` (the shared launcher, :mod:`raftsched.faces.launcher`, with the
+tests' config: a cluster secret env, ``info`` logs, a short node timeout) writes a
+config with free ports, starts ``python -m raftsched node`` processes, and can SIGKILL,
+SIGSTOP, SIGCONT and restart them. Jobs record what actually ran by appending their
+RAFTSCHED_* environment to a witness file. Every process started here is killed at
+``close()``; nothing else is ever signalled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from raftsched.client import Client
+from raftsched.faces.launcher import (
+    LoopbackCluster,
+    free_ports,
+    json_lines,
+    node_argv,
+    wait_until,
+)
+
+__all__ = ["ROOT", "Cluster", "await_until", "free_ports", "json_lines", "outcomes_by_fire_time",
+           "read_witness", "rss_kb", "wait_until", "witness_command"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    """Poll ``cond`` until it returns something truthy, or fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-            if value:
-                return value
-        except Exception as exc:  # noqa: BLE001 - keep polling, report the last one
-            last_exc = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}"
-                         + (f" (last error: {last_exc!r})" if last_exc else ""))
 
 
 async def await_until(cond: Callable[[], Any], timeout: float, what: str,
@@ -64,16 +44,46 @@ async def await_until(cond: Callable[[], Any], timeout: float, what: str,
     raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}")
 
 
-def witness_command(path: str, sleep_s: float = 0.0) -> list[str]:
-    """argv that appends one JSON line of the run's identity to ``path`` (then sleeps)."""
+def witness_command(path: str, sleep_s: float = 0.0, *, phases: bool = False,
+                    tick_s: float = 0.2) -> list[str]:
+    """argv that appends one JSON line of the run's identity to ``path`` (then sleeps).
+
+    With ``phases`` each line also has ``pid``, ``forked`` (when the process was forked,
+    from /proc: 10 ms ticks) and ``phase``: ``start`` (``t`` is the start), a ``tick``
+    every ``tick_s`` while it sleeps (a killed run's last tick bounds when it was still
+    alive) and ``end`` (``t`` is the end)."""
     script = (
         "import json,os,sys,time\n"
         "e=os.environ\n"
         "rec={k:e.get('RAFTSCHED_'+k) for k in "
         "('JOB_ID','RUN_ID','SCHEDULED_AT','FENCE','ATTEMPT','NODE_ID')}\n"
         "rec['t']=time.time()\n"
-        f"open({path!r},'a').write(json.dumps(rec)+'\\n')\n"
-        f"time.sleep({sleep_s})\n"
+    )
+    if not phases:
+        return [sys.executable, "-c", script + (
+            f"open({path!r},'a').write(json.dumps(rec)+'\\n')\n"
+            f"time.sleep({sleep_s})\n")]
+    script += (
+        "rec['pid']=os.getpid()\n"
+        # When the process was forked (its start line may come much later: Python's
+        # startup, or a freeze of the whole node right after the spawn).
+        "try:\n"
+        "    st=open('/proc/self/stat').read().rsplit(')',1)[1].split()\n"
+        "    up=float(open('/proc/uptime').read().split()[0])\n"
+        "    rec['forked']=time.time()-up+int(st[19])/os.sysconf('SC_CLK_TCK')\n"
+        "except Exception:\n"
+        "    pass\n"
+        "def w(phase):\n"
+        "    rec['phase']=phase; rec['t']=time.time()\n"
+        f"    with open({path!r},'a') as f: f.write(json.dumps(rec)+'\\n')\n"
+        "w('start')\n"
+        f"end=time.monotonic()+{sleep_s}\n"
+        "while True:\n"
+        "    left=end-time.monotonic()\n"
+        "    if left<=0: break\n"
+        f"    time.sleep(min({tick_s},left))\n"
+        "    if time.monotonic()<end: w('tick')\n"
+        "w('end')\n"
     )
     return [sys.executable, "-c", script]
 
@@ -96,137 +106,61 @@ def rss_kb(pid: int) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-def json_lines(path: str) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (a log, a witness file); other lines, and
-    a last line still being written, are skipped. Missing file: none."""
-    out: list[dict[str, Any]] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if not line.endswith("\n"):
-                    break
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(obj, dict):
-                    out.append(obj)
-    except FileNotFoundError:
-        pass
-    return out
-
-
 def read_witness(path: str) -> list[dict[str, Any]]:
     """What the jobs recorded (see :func:`witness_command`)."""
     return json_lines(path)
 
 
-class Cluster:
-    """``n`` nodes on loopback under ``tmp``; see the module docstring."""
+class Cluster(LoopbackCluster):
+    """``n`` nodes on loopback under ``tmp``; see the module docstring. ``metrics`` maps
+    a node id to its metrics address."""
 
     def __init__(self, tmp: str, n: int = 3, *, workers: int = 4,
                  timing: dict[str, str] | None = None, secret: str | None = None,
-                 allow: tuple[str, ...] = (), tags: dict[str, list[str]] | None = None) -> None:
-        self.tmp = tmp
-        self.n = n
-        self.ids = [f"n{i}" for i in range(1, n + 1)]
-        ports = free_ports(3 * n)
-        self.raft = {nid: f"127.0.0.1:{ports[i]}" for i, nid in enumerate(self.ids)}
-        self.api = {nid: f"127.0.0.1:{ports[n + i]}" for i, nid in enumerate(self.ids)}
-        self.metrics = {nid: f"127.0.0.1:{ports[2 * n + i]}" for i, nid in enumerate(self.ids)}
-        self.secret = secret
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs: dict[str, str] = {}
-        self.config = os.path.join(tmp, "cluster.toml")
-        timing = dict({"node_timeout": "2s", "heartbeat": "250ms"}, **(timing or {}))
-        lines = ["[cluster]", f"data_dir = {json.dumps(os.path.join(tmp, 'data'))}",
-                 'secret_env = "RS_TEST_SECRET"',
-                 f"allowed_call_prefixes = {json.dumps(list(allow))}", "", "[timing]"]
-        lines += [f"{k} = {json.dumps(v)}" for k, v in timing.items()]
-        lines += ["", "[log]", 'format = "json"', 'level = "info"', ""]
-        for nid in self.ids:
-            lines += ["[[nodes]]", f'id = "{nid}"', f'raft = "{self.raft[nid]}"',
-                      f'api = "{self.api[nid]}"', f'metrics = "{self.metrics[nid]}"',
-                      f"workers = {workers}", f"tags = {json.dumps((tags or {}).get(nid, []))}",
-                      ""]
-        with open(self.config, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines))
+                 allow: tuple[str, ...] = (), tags: dict[str, list[str]] | None = None,
+                 http: bool = False, limits: dict[str, object] | None = None,
+                 cluster_extra: dict[str, str] | None = None,
+                 tls_ca: str | None = None) -> None:
+        """``cluster_extra``: more ``[cluster]`` keys (TLS paths, secret_file);
+        ``tls_ca``: the CA this harness's clients verify nodes with."""
+        super().__init__(tmp, n, secret_env="RS_TEST_SECRET", secret=secret, pythonpath=ROOT,
+                         http=http, allowed_call_prefixes=list(allow), limits=limits,
+                         tls_ca=tls_ca, cluster_extra=cluster_extra,
+                         timing=dict({"node_timeout": "2s", "heartbeat": "250ms"},
+                                     **(timing or {})),
+                         log_level="info", workers=workers, tags=tags or {})
+        self.metrics = self.metrics_addr
+        self.workers = workers
+        #: Nodes started with another file than ``config`` (added later: new_node()).
+        self.configs: dict[str, str] = {}
 
-    # ---------------------------------------------------------------- processes
+    def new_node(self, nid: str) -> None:
+        """Addresses and a config file for a node not in the cluster's file: the file
+        is the cluster's plus this node's table (what an operator writes for a node
+        that is to join). Start it with ``start(nid, join=True)``."""
+        raft, api, metrics = (f"127.0.0.1:{p}" for p in free_ports(3))
+        self.raft[nid], self.api[nid], self.metrics[nid] = raft, api, metrics
+        self.ids.append(nid)
+        self.logs[nid] = os.path.join(self.tmp, f"{nid}.log")
+        path = os.path.join(self.tmp, f"cluster-{nid}.toml")
+        with open(self.config, encoding="utf-8") as f:
+            text = f.read()
+        text += "\n".join(["", "[[nodes]]", f'id = "{nid}"', f'raft = "{raft}"',
+                           f'api = "{api}"', f'metrics = "{metrics}"',
+                           f"workers = {self.workers}", ""])
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        self.configs[nid] = path
 
-    def start(self, nid: str, env: dict[str, str] | None = None) -> None:
-        assert nid not in self.procs or self.procs[nid].poll() is not None, f"{nid} runs"
-        full_env = dict(os.environ)
-        full_env["PYTHONPATH"] = ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
-        full_env.pop("RAFTSCHED_FAULT", None)
-        if self.secret:
-            full_env["RS_TEST_SECRET"] = self.secret
-        full_env.update(env or {})
-        log_path = os.path.join(self.tmp, f"{nid}.log")
-        self.logs[nid] = log_path
-        with open(log_path, "ab") as log:
+    def start(self, nid: str, env: Any = None, *, join: bool = False) -> None:
+        """Start node ``nid``; ``join``: with ``--join`` (a node to be added)."""
+        if not join and nid not in self.configs:
+            super().start(nid, env)
+            return
+        if self.alive(nid):
+            raise RuntimeError(f"{nid} is already running")
+        argv = node_argv(self.configs.get(nid, self.config), nid) + (["--join"] if join else [])
+        with open(self.logs[nid], "ab") as log:
             self.procs[nid] = subprocess.Popen(
-                [sys.executable, "-m", "raftsched", "node", "--config", self.config, "--id", nid],
-                stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, env=full_env,
-                start_new_session=True)
-
-    def start_all(self, env: dict[str, dict[str, str]] | None = None) -> None:
-        for nid in self.ids:
-            self.start(nid, (env or {}).get(nid))
-
-    def signal(self, nid: str, sig: int) -> None:
-        proc = self.procs[nid]
-        if proc.poll() is None:
-            os.kill(proc.pid, sig)
-
-    def kill(self, nid: str) -> float:
-        """SIGKILL the node; returns the time of the kill."""
-        t = time.time()
-        self.signal(nid, signal.SIGKILL)
-        self.procs[nid].wait(10)
-        return t
-
-    def alive(self, nid: str) -> bool:
-        return nid in self.procs and self.procs[nid].poll() is None
-
-    def close(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                try:
-                    os.kill(proc.pid, signal.SIGCONT)
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(10)
-
-    # ---------------------------------------------------------------- clients
-
-    def client(self, nids: list[str] | None = None, timeout: float = 10.0) -> Client:
-        return Client([self.api[n] for n in (nids or self.ids)], secret=self.secret,
-                      timeout=timeout)
-
-    def status(self, nid: str) -> dict[str, Any]:
-        with Client([self.api[nid]], secret=self.secret, timeout=2.0) as c:
-            return c.status()
-
-    def wait_leader(self, timeout: float = 20.0, among: list[str] | None = None) -> str:
-        """Wait until a live node reports a leader that is alive and every live node of
-        ``among`` agrees; returns the leader id."""
-        among = [n for n in (among or self.ids) if self.alive(n)]
-
-        def agreed() -> str | None:
-            leaders = set()
-            for nid in among:
-                st = self.status(nid)
-                leaders.add(st["leader"])
-            if len(leaders) == 1:
-                leader = leaders.pop()
-                if leader is not None and self.alive(leader):
-                    return leader
-            return None
-
-        return wait_until(agreed, timeout, f"a leader agreed by {among}")
-
-    def events(self, nid: str) -> list[dict[str, Any]]:
-        path = self.logs.get(nid)
-        return json_lines(path) if path else []
+                argv, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+                env=self.node_env(env), cwd=self.cwd, start_new_session=True)

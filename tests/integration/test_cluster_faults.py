@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from raftsched.durations import format_timestamp
-from raftsched.trigger import jitter_ms
+from raftsched.core.durations import format_timestamp
+from raftsched.core.trigger import jitter_ms
 from tests.integration.harness import (
     outcomes_by_fire_time,
     read_witness,
@@ -53,16 +53,27 @@ def test_repeated_leader_kills_lose_and_double_no_run(cluster_factory, tmp_path)
     t_end = time.time()
     time.sleep(2.5)  # let the last runs finish and be recorded
     survivor = c.wait_leader(30)
-    with c.client([survivor]) as cl:
-        runs = {j: cl.runs(j, limit=1000)["runs"] for j in jobs}
+    lo = int(t_start * 1000) // 1000 * 1000
+    hi = int(t_end * 1000) // 1000 * 1000
+    window = range(lo, hi + 1, 1000)
+
+    def listed() -> dict[str, list[dict]]:
+        with c.client([survivor]) as cl:
+            return {j: cl.runs(j, limit=1000)["runs"] for j in jobs}
+
+    # A loaded machine may record the last fire times' outcomes later than 2.5 s: wait
+    # (bounded) for every fire time of the window to have one; the asserts below judge.
+    deadline = time.monotonic() + 30
+    runs = listed()
+    while time.monotonic() < deadline and any(
+            t not in outcomes_by_fire_time(rs) for rs in runs.values() for t in window):
+        time.sleep(0.5)
+        runs = listed()
     executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
     doubled = {k: v for k, v in executed.items() if v > 1}
     assert not doubled, f"run ids executed more than once: {doubled}"
     for j in jobs:
         acc = outcomes_by_fire_time(runs[j])
-        lo = int(t_start * 1000) // 1000 * 1000
-        hi = int(t_end * 1000) // 1000 * 1000
-        window = range(lo, hi + 1, 1000)
         missing = [t for t in window if t not in acc]
         assert not missing, f"{j}: fire times with no outcome: {missing}"
         twice = {t: v for t, v in acc.items() if len(v) > 1 and t in window}
@@ -77,8 +88,11 @@ def test_repeated_leader_kills_lose_and_double_no_run(cluster_factory, tmp_path)
 
 
 @pytest.mark.timeout(120)
-def test_crashed_claim_holder_releases_its_claim_within_a_second(cluster_factory, tmp_path):
-    c = cluster_factory(3)
+def test_crashed_claim_holder_releases_its_claim_before_any_timeout(cluster_factory, tmp_path):
+    # A 6 s node timeout: a TTL-style release could not happen before 6 s, so a bound
+    # well under it proves the release on disconnect with room for a loaded machine
+    # (the delay itself, ~0.1-0.3 s idle, is a benchmark figure: W3).
+    c = cluster_factory(3, timing={"node_timeout": "6s"})
     c.start("n1")
     c.start("n2")
     c.wait_leader(among=["n1", "n2"])
@@ -98,7 +112,7 @@ def test_crashed_claim_holder_releases_its_claim_within_a_second(cluster_factory
             out = []
             for i in range(3):
                 for run in cl.runs(f"c{i}", limit=200)["runs"]:
-                    if any(t[2] == "n3" for t in run["transitions"]):
+                    if any(t["node"] == "n3" for t in run["transitions"]):
                         out.append(run)
             return out
 
@@ -108,13 +122,13 @@ def test_crashed_claim_holder_releases_its_claim_within_a_second(cluster_factory
     for run in moved:
         assert run["node"] in ("n1", "n2"), run
         assert run["attempt"] == 1, "a never-started run keeps its attempt"
-        fences = [t[3] for t in run["transitions"] if t[1] == "assigned"]
+        fences = [t["fence"] for t in run["transitions"] if t["state"] == "assigned"]
         assert len(fences) >= 2 and fences[-1] > fences[0], "reassigned with a new fence"
         assert executed[run["run_id"]] == 1
-        n3_at = next(t[0] for t in run["transitions"] if t[2] == "n3")
+        n3_at = next(t["at_ms"] for t in run["transitions"] if t["node"] == "n3")
         delays.append((run["started_ms"] - max(n3_at, run["scheduled_ms"])) / 1000)
     print(f"\ncrashed claim holder -> run started elsewhere after (s): {delays}")
-    assert max(delays) < 1.5, delays
+    assert max(delays) < 4.0, f"released only after ~the node timeout (6 s): {delays}"
 
 
 @pytest.mark.timeout(150)
@@ -193,18 +207,24 @@ def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_
         c.signal(victim, signal.SIGCONT)
         # Give the resumed node every chance to (wrongly) run it.
         wait_until(lambda: c.status(victim)["leader"] is not None, 20, "victim resumed")
-        time.sleep(2.0)
+        # Whatever the resumed node gets to first after SIGCONT — its due start
+        # (refused by the state machine), the lease check, or the log entries that
+        # moved the claim — it records run.start_rejected once. Awaited, not slept
+        # for: a loaded machine may get to it late.
+        rejected = wait_until(
+            lambda: [e for e in c.events(victim) if e.get("event") == "run.start_rejected"
+                     and e.get("run_id") == f"{job}@{at}"], 30,
+            "the resumed node to record that its claim moved on", interval=0.25)
+        time.sleep(2.0)  # every chance to (wrongly) run it anyway
     executed = [r for r in read_witness(ran) if r["JOB_ID"] == job]
     assert len(executed) == 1, f"ran {len(executed)} times: {executed}"
     assert executed[0]["NODE_ID"] != victim
-    rejected = [e for e in c.events(victim) if e.get("event") == "run.start_rejected"
-                and e.get("run_id") == f"{job}@{at}"]
-    assert rejected, "the resumed node's stale start was refused and recorded"
-    # The run has a newer fence, or has already finished elsewhere (no active run).
-    assert rejected[0]["current_fence"] is None or \
-        rejected[0]["current_fence"] > rejected[0]["fence"]
+    # A start the state machine refused names the run's newer fence (None: it has
+    # already finished elsewhere); the other paths name the stale fence only.
+    assert all(e.get("current_fence") is None or e["current_fence"] > e["fence"]
+               for e in rejected), rejected
     print(f"\npaused holder: reassigned after {moved[0]['started_ms'] / 1000 - t_stop:.2f}s;"
-          f" stale start attempts rejected: {len(rejected)}")
+          f" stale start attempts rejected: {len(rejected)} ({rejected[0].get('reason')})")
 
 
 @pytest.mark.timeout(150)
@@ -402,15 +422,17 @@ def test_five_nodes_keep_scheduling_with_two_of_them_killed(cluster_factory, tmp
 def test_a_node_frozen_past_its_fence_but_not_lost_records_its_guarded_run_lost(
         cluster_factory, tmp_path):
     """Frozen longer than its self-fence but shorter than the node timeout: the guard
-    kills the job, the leader has not released it, and the node, running again,
-    records the run lost with the guard's reason (retry then gives attempt 2)."""
+    kills the job, and the run is recorded lost — by the node, running again, with the
+    guard's reason, or, if the leader's lease release (its Raft connection dropped
+    while it was frozen) came first, by the leader; retry then gives attempt 2."""
     c = cluster_factory(3, timing={"node_timeout": "10s", "heartbeat": "250ms"})
     out = str(tmp_path / "w")
     first = _start_alive_job(c, "guarded", out)
     victim = first["node"]
-    # Its guard deadline: last acknowledged heartbeat + 5 s x 1.5 + 0.1 s (<= 7.6 s from
-    # now); the leader may release it 10 s after the last heartbeat it saw (>= 9.75 s),
-    # which leaves the node two seconds, once running again, to report it itself.
+    # Its guard deadline: last acknowledged heartbeat + 5 s + 1.25 s + 0.1 s (<= 6.35 s
+    # from now); the leader may release it (its Raft connection drops while it is
+    # frozen) once its lease has ended, 6.8 s after the last heartbeat it saw (>= 6.55 s
+    # from now), which leaves the node, running again at 6.5 s, time to report it.
     c.signal(victim, signal.SIGSTOP)
     try:
         wait_until(lambda: not os.path.exists(f"/proc/{first['pid']}")
@@ -421,5 +443,5 @@ def test_a_node_frozen_past_its_fence_but_not_lost_records_its_guarded_run_lost(
     with c.client() as cl:
         runs = wait_until(lambda: [r for r in cl.runs("guarded")["runs"] if r["attempt"] == 1
                                    and r["state"] == "lost"], 20, "attempt 1 recorded lost")
-    assert runs[0]["reason"].startswith("guard:"), runs[0]
+    assert runs[0]["reason"].startswith("guard:") or "lease over" in runs[0]["reason"], runs[0]
     assert runs[0]["node"] == victim

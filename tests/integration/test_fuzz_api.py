@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftsched.errors import Conflict, InvalidArgument, UnknownJob
+from raftsched.core.errors import Conflict, InvalidArgument, UnknownJob
 from tests.fuzz import (
     ARG_KEYS,
     OPEN_OPS,

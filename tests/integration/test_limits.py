@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from raftsched.config import Timing
-from raftsched.errors import LimitExceeded, Overloaded, UnknownJob
-from raftsched.raft import RaftNode
+from raftsched.core.errors import LimitExceeded, Overloaded, UnknownJob
+from raftsched.node.config import Timing
+from raftsched.node.raft import RaftNode
 from tests.fuzz import FRAME, RawConn, check_reply, frame, packb
 from tests.integration.harness import Cluster, free_ports, wait_until
 
@@ -112,7 +112,9 @@ def test_frame_announcing_more_than_max_frame_bytes_is_refused_before_its_body(
         assert reply is not None, "closed without the frame_too_large reply"
         assert check_reply(reply) == "frame_too_large"
         assert reply["id"] is None
-        assert f"{announced}" in reply["error"]["message"]
+        # Sealed, the header counts the tag too (and cannot pass 2**32 - 1).
+        said = min(announced + 16, 0xFFFFFFFF) - 16 if authed else announced
+        assert f"{said}" in reply["error"]["message"]
         assert f"{MAX_FRAME}" in reply["error"]["message"]
         assert conn.is_closed_by_peer()
 
@@ -181,7 +183,9 @@ def test_idle_connection_is_closed_after_idle_timeout(node: Cluster) -> None:
         quiet = {"silent": silent, "authed": authed, "slow": slow, "dribble": dribble}
         # Meanwhile ``busy`` keeps talking: it must outlive them all.
         while time.monotonic() - t0 < 2.5 or len(closed) < len(quiet):
-            assert time.monotonic() - t0 < 5.0, f"only {sorted(closed)} closed in 5s"
+            # Idle, each closes ~1.0-1.3 s in; a loaded machine may be seconds late,
+            # a missing timeout never closes them.
+            assert time.monotonic() - t0 < 10.0, f"only {sorted(closed)} closed in 10s"
             assert busy.request("ping")["ok"]
             if "dribble" not in closed:
                 try:
@@ -192,7 +196,7 @@ def test_idle_connection_is_closed_after_idle_timeout(node: Cluster) -> None:
                 if name not in closed and _closed_now(conn):
                     closed[name] = time.monotonic() - t0
             time.sleep(0.2)
-        assert all(0.8 <= t <= 3.5 for t in closed.values()), closed
+        assert all(0.8 <= t <= 8.0 for t in closed.values()), closed
     finally:
         for conn in (silent, authed, slow, dribble, busy):
             conn.close()

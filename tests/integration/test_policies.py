@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from raftsched.durations import format_timestamp
-from raftsched.errors import Conflict
+from raftsched.core.durations import format_timestamp
+from raftsched.core.errors import Conflict
 from tests.integration.harness import (
     outcomes_by_fire_time,
     read_witness,
@@ -51,7 +51,26 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
     time.sleep(6)  # an outage of about six fire times per job
     c.start("n1")
     c.wait_leader()
-    time.sleep(2.5)
+
+    def caught_up() -> bool:
+        # Every job has executed a fire time after the restarted leader's first plan,
+        # and all/max_catchup=2 its two catch-up runs (overdue at that plan). A loaded
+        # machine starts them late, so this is awaited rather than slept for.
+        with c.client() as cl:
+            listed = {name: cl.runs(f"m-{name}", limit=500)["runs"] for name in policies}
+        sched = [(r["JOB_ID"], _sched(r["RUN_ID"])) for r in read_witness(ran)]
+        for name, rs in listed.items():
+            plan = min((tr["at_ms"] for r in rs for tr in r["transitions"]
+                        if tr["at_ms"] > t_down * 1000 + 1000), default=None)
+            if plan is None or not [t for j, t in sched if j == f"m-{name}" and t > plan]:
+                return False
+            if name == "all" and len([t for j, t in sched if j == "m-all"
+                                      and t_down * 1000 < t < plan - 1000]) < 2:
+                return False
+        return True
+
+    wait_until(caught_up, 30, "the catch-up runs and a run after the restart", interval=0.5)
+    time.sleep(1.0)  # a wrong third catch-up run would have started by now
     with c.client() as cl:
         runs = {name: cl.runs(f"m-{name}", limit=500)["runs"] for name in policies}
     executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
@@ -67,8 +86,8 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
         acc = outcomes_by_fire_time(runs[name])
         # The outage: fire times already late (older than the 1 s grace) when the
         # restarted leader made its first plan.
-        plan_ms = min(tr[0] for r in runs[name] for tr in r["transitions"]
-                      if tr[0] > t_down * 1000 + 1000)
+        plan_ms = min(tr["at_ms"] for r in runs[name] for tr in r["transitions"]
+                      if tr["at_ms"] > t_down * 1000 + 1000)
         outage = [t for t in acc if t_down * 1000 < t < plan_ms - 1000]
         assert len(outage) >= 3, (name, sorted(acc))
         ran_in_outage = sorted(t for t in outage if executed[f"m-{name}@{t}"])
@@ -98,9 +117,20 @@ def test_overlap_policies(cluster_factory, tmp_path):
         for policy in ("skip", "allow", "queue", "replace"):
             cl.put_job({"id": f"o-{policy}", "schedule": {"every": "1s"}, "overlap": policy,
                         "command": witness_command(ran, sleep_s=2.5)})
-        time.sleep(7)
-        runs = {p: cl.runs(f"o-{p}", limit=200)["runs"] for p in ("skip", "allow", "queue",
-                                                                 "replace")}
+
+        def listed() -> dict[str, list[dict]]:
+            return {p: cl.runs(f"o-{p}", limit=200)["runs"]
+                    for p in ("skip", "allow", "queue", "replace")}
+
+        def enough(runs: dict[str, list[dict]]) -> bool:
+            n = {p: collections.Counter(r["state"] for r in rs) for p, rs in runs.items()}
+            return (n["skip"]["skipped"] >= 2 and n["replace"]["cancelled"] >= 2
+                    and n["queue"]["queued"] + n["queue"]["skipped"] >= 1
+                    and n["allow"]["started"] + n["allow"]["succeeded"] >= 4)
+
+        # About 7 s on an idle machine; awaited, since a loaded one starts runs late.
+        runs = wait_until(lambda: enough(r := listed()) and r, 40,
+                          "each overlap policy to act", interval=0.5)
         # A manual trigger obeys the policy unless forced.
         with pytest.raises(Conflict):
             cl.trigger("o-skip")
@@ -170,17 +200,20 @@ def test_pause_and_resume_with_and_without_catch_up(cluster_factory, tmp_path):
         for j in ("p-plain", "p-catch"):
             cl.put_job({"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
                         "misfire": {"policy": "all", "grace": "1s", "max_catchup": 3}})
-        wait_until(lambda: len(read_witness(ran)) >= 2, 10, "first runs")
+        wait_until(lambda: len(read_witness(ran)) >= 2, 30, "first runs")
         cl.pause("p-plain")
         cl.pause("p-catch")
         t_pause = time.time()
         time.sleep(4)
         n_paused = len(read_witness(ran))
-        assert not [r for r in read_witness(ran) if r["t"] > t_pause + 0.2], "ran while paused"
+        # By fire time, not by when the witness wrote: a run due before the pause may
+        # start its process late on a loaded machine, legitimately.
+        assert not [r for r in read_witness(ran)
+                    if _sched(r["RUN_ID"]) > (t_pause + 0.2) * 1000], "ran while paused"
         res = cl.resume("p-plain")
         assert res["skipped_fire_times"] >= 3
         cl.resume("p-catch", catch_up=True)
-        wait_until(lambda: len(read_witness(ran)) >= n_paused + 4, 10, "runs after resume")
+        wait_until(lambda: len(read_witness(ran)) >= n_paused + 4, 30, "runs after resume")
         plain = cl.runs("p-plain")["runs"]
     paused_rec = [r for r in plain if r["state"] == "missed" and r["reason"] == "paused"]
     assert paused_rec and paused_rec[0]["count"] >= 3
@@ -225,7 +258,10 @@ def test_overload_sheds_with_a_record_keeps_memory_bounded_and_spares_jobs_that_
                                f"{[(r['run_id'], r['state'], r['reason']) for r in vip]}")
     lags = [r["t"] * 1000 - _sched(r["RUN_ID"]) for r in read_witness(ran)
             if r["JOB_ID"] == "vip" and r["t"] > t0 + 1]
-    assert max(lags) < 1000, f"vip lag under overload {max(lags):.0f} ms"
+    # Idle, the lag stays under ~100 ms; the bound leaves room for a loaded machine
+    # (its process start alone can take a second there) while a vip queued behind
+    # the shed bulk work would fall further behind every second of the window.
+    assert max(lags) < 2500, f"vip lag under overload {max(lags):.0f} ms"
     assert not [r for r in vip if r["state"] in ("shed", "missed")]
 
 

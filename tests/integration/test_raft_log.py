@@ -3,7 +3,7 @@
 pysyncobj 0.3.17 truncates a follower's log after ``prevLogIdx`` whenever it holds
 more, even when the leader re-sends entries the follower already holds; acknowledged,
 committed, applied entries disappear (and the commit index goes back). raftsched's
-``_RaftSyncObj`` keeps them and truncates only from a real conflict. The messages are
+``RaftSyncObj`` keeps them and truncates only from a real conflict. The messages are
 fed straight to the follower's handler (no leader process: the exact re-send order is
 what is under test, and a real cluster produces it only under load, by chance).
 """
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from raftsched.raft import _RaftSyncObj, known_prefix
+from raftsched.node.compat import RaftSyncObj, install, known_prefix
 from tests.integration.harness import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -34,7 +34,8 @@ def _follower(cls: type[SyncObj]) -> Iterator[SyncObj]:
 
 @pytest.fixture
 def follower() -> Iterator[SyncObj]:
-    yield from _follower(_RaftSyncObj)
+    install()  # as a node does: also the filter of pysyncobj's false truncation line
+    yield from _follower(RaftSyncObj)
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def test_stock_pysyncobj_drops_committed_entries_on_a_stale_resend(stock_followe
     _five(stock_follower)
     with caplog.at_level(logging.CRITICAL, logger="pysyncobj.syncobj"):
         _send(stock_follower, term=1, prev=(2, 1), entries=[(3, 1), (4, 1)], commit=6)
-    assert _log(stock_follower)[-1] == (4, 1), "upstream fixed it: _RaftSyncObj may go"
+    assert _log(stock_follower)[-1] == (4, 1), "upstream fixed it: RaftSyncObj may go"
     assert stock_follower.raftCommitIndex == 4
     assert any(TRUNCATING in r.getMessage() for r in caplog.records)
 
@@ -115,6 +116,58 @@ def test_the_commit_index_never_covers_entries_the_leader_did_not_vouch_for(foll
     _send(follower, term=1, prev=(1, 0), entries=[(i, 1) for i in range(2, 7)], commit=1)
     _send(follower, term=2, prev=(1, 0), entries=[(2, 1), (3, 1)], commit=5)
     assert follower.raftCommitIndex == 3
+
+
+def _answers(f: SyncObj, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The next_node_idx messages the follower sends from now on."""
+    sent: list[dict[str, Any]] = []
+    transport = f._SyncObj__transport
+    monkeypatch.setattr(transport, "send", lambda node, msg: sent.append(msg) or True)
+    return sent
+
+
+def _conflicting_tail(f: SyncObj) -> None:
+    """Entries 2..3 of term 1 committed, then 4..200 of term 2 from a leader that never
+    committed them (cut off, it went on appending what was forwarded to it)."""
+    _send(f, term=1, prev=(1, 0), entries=[(2, 1), (3, 1)], commit=3)
+    _send(f, term=2, prev=(3, 1), entries=[(i, 2) for i in range(4, 201)], commit=3)
+
+
+def test_stock_pysyncobj_backs_a_leader_up_one_entry_per_round_trip(stock_follower,
+                                                                    monkeypatch):
+    _conflicting_tail(stock_follower)
+    sent = _answers(stock_follower, monkeypatch)
+    # The term-3 leader holds 2..3 and its own entries of term 3 from 4 on.
+    _send(stock_follower, term=3, prev=(200, 3), entries=[], commit=3)
+    assert [(m["next_node_idx"], m["reset"]) for m in sent] == [(200, True)], \
+        "upstream backs up faster now: RaftSyncObj's extra answer may go"
+
+
+def test_a_conflicting_tail_backs_the_leader_up_to_the_commit_index_at_once(follower,
+                                                                            monkeypatch):
+    """Issue 14 nemesis, 3 nodes: tails conflicting over hundreds of entries took a new
+    leader one 50 ms round trip per entry to walk back; with faults every few seconds
+    no leader committed anything for minutes. The follower now also names the entry
+    after its commit index, which the leader holds for certain."""
+    _conflicting_tail(follower)
+    sent = _answers(follower, monkeypatch)
+    _send(follower, term=3, prev=(200, 3), entries=[], commit=3)
+    assert [(m["next_node_idx"], m["reset"], m["success"]) for m in sent][-1] == \
+        (4, True, False)
+    # The leader's next append from there matches and replaces the tail.
+    sent.clear()
+    _send(follower, term=3, prev=(3, 1), entries=[(4, 3), (5, 3)], commit=5)
+    assert _log(follower) == [(1, 0), (2, 1), (3, 1), (4, 3), (5, 3)]
+    assert follower.raftCommitIndex == 5
+    assert [(m["next_node_idx"], m["success"]) for m in sent] == [(6, True)]
+
+
+def test_no_extra_answer_without_a_conflict_or_from_a_stale_leader(follower, monkeypatch):
+    _conflicting_tail(follower)
+    sent = _answers(follower, monkeypatch)
+    _send(follower, term=2, prev=(200, 2), entries=[], commit=3)  # matches: success
+    _send(follower, term=1, prev=(200, 1), entries=[], commit=3)  # an older term
+    assert [(m["next_node_idx"], m["success"]) for m in sent] == [(201, True)]
 
 
 @pytest.mark.parametrize(("prev_term", "entries", "held", "n"), [

@@ -5,8 +5,6 @@ error messages, the job's environment)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import pickle
@@ -29,9 +27,10 @@ import msgpack
 import pytest
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
-from raftsched.client import Client
-from raftsched.codec import encode_command
-from raftsched.errors import InvalidSpec, RaftschedError, Unauthenticated, UnknownJob
+from raftsched.core.codec import encode_command
+from raftsched.core.errors import InvalidSpec, RaftschedError, Unauthenticated, UnknownJob
+from raftsched.wire import session
+from raftsched.wire.client import Client
 from tests.fuzz import RawConn, check_reply, envelope, packb
 from tests.integration.harness import ROOT, Cluster, free_ports, rss_kb, wait_until
 
@@ -41,8 +40,8 @@ SECRET = "S3CRET-cluster-key-7f3a9c-do-not-leak"
 ENV_VALUE = "hunter2-ENVVALUE-xyz"
 SOCK_TIMEOUT = 5.0
 #: Every op a client can send to the node's handler.
-HANDLER_OPS = ("status", "list_jobs", "put_job", "runs", "get_job", "delete_job", "pause",
-               "resume", "trigger", "put_jobs")
+HANDLER_OPS = ("status", "members", "list_jobs", "put_job", "runs", "get_job", "delete_job",
+               "pause", "resume", "trigger", "put_jobs")
 INTRUDER_SPEC = {"id": "intruder-job", "schedule": {"every": "1s"},
                  "command": ["sh", "-c", "echo pwned"]}
 
@@ -93,7 +92,8 @@ def test_without_the_secret_every_op_gets_unauthenticated_and_nothing_else(
                 if with_hello:
                     hello = conn.request("hello")
                     assert set(hello["result"]) == {"nonce", "auth_required", "node",
-                                                    "protocol"}
+                                                    "protocol", "cluster_id", "cluster_ids",
+                                                    "tls"}
                     assert hello["result"]["auth_required"] is True
                 for i, op in enumerate(HANDLER_OPS, start=10):
                     conn.send(envelope(op, args, i))
@@ -144,24 +144,35 @@ def test_auth_proofs_are_bound_to_one_nonce(cluster: Cluster) -> None:
     addr = cluster.api["n1"]
     key = SECRET.encode()
     with RawConn(addr, SOCK_TIMEOUT) as a:
-        nonce_a = bytes.fromhex(a.request("hello")["result"]["nonce"])
-        mac_a = hmac.new(key, nonce_a, hashlib.sha256).hexdigest()
-        assert a.request("auth", {"mac": mac_a})["ok"] is True
+        cn_a = session.new_nonce()
+        nonce_a = bytes.fromhex(a.request("hello", {"cnonce": cn_a.hex()})["result"]["nonce"])
+        proof_a = session.client_proof(key, nonce_a, cn_a).hex()
+        reply = a.request("auth", {"proof": proof_a})
+        assert reply["ok"] is True
+        # The node proves the secret too, bound to both nonces.
+        assert reply["result"]["proof"] == session.server_proof(key, nonce_a, cn_a).hex()
+        a.ciphers = session.ciphers(key, nonce_a, cn_a, server=False)
         assert a.request("list_jobs")["ok"] is True
-        # One nonce, one proof: the same mac again fails on the same connection.
-        assert a.request("auth", {"mac": mac_a})["error"]["code"] == "unauthenticated"
+        # One connection, one authentication.
+        assert a.request("auth", {"proof": proof_a})["error"]["code"] == "protocol_error"
         with RawConn(addr, SOCK_TIMEOUT) as b:
-            nonce_b = bytes.fromhex(b.request("hello")["result"]["nonce"])
+            nonce_b = bytes.fromhex(b.request("hello", {"cnonce": cn_a.hex()})
+                                    ["result"]["nonce"])
             assert nonce_b != nonce_a
             # A replayed proof (another connection's nonce) is refused.
-            assert b.request("auth", {"mac": mac_a})["error"]["code"] == "unauthenticated"
+            assert b.request("auth", {"proof": proof_a})["error"]["code"] == "unauthenticated"
             assert b.request("list_jobs")["error"]["code"] == "unauthenticated"
             # A proof with the right key but truncated, or uppercase garbage, too.
-            good_b = hmac.new(key, nonce_b, hashlib.sha256).hexdigest()
-            assert b.request("auth", {"mac": good_b[:-2]})["error"]["code"] == \
+            b.request("hello", {"cnonce": cn_a.hex()})
+            b.request("hello", {"cnonce": cn_a.hex()})
+            nonce_b = bytes.fromhex(b.request("hello", {"cnonce": cn_a.hex()})
+                                    ["result"]["nonce"])
+            good_b = session.client_proof(key, nonce_b, cn_a).hex()
+            assert b.request("auth", {"proof": good_b[:-2]})["error"]["code"] == \
                 "unauthenticated"
             # Third failure: the answer, then the connection ends.
-            assert b.request("auth", {"mac": good_b.upper() + "00"})["error"]["code"] == \
+            b.request("hello", {"cnonce": cn_a.hex()})
+            assert b.request("auth", {"proof": good_b.upper() + "00"})["error"]["code"] == \
                 "unauthenticated"
             assert b.is_closed_by_peer()
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from raftsched import worker
-from raftsched.clock import now_ms
+from raftsched.node import worker
+from raftsched.node.clock import now_ms
 from tests.integration.harness import await_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
@@ -47,13 +47,15 @@ def test_finishes_are_held_quiet_ms_after_the_instant_when_nothing_queues(monkey
 @pytest.mark.parametrize("step_ms", [-3_600_000, 3_600_000])
 def test_a_stepped_wall_clock_does_not_hold_finishes(monkeypatch, step_ms):
     monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
-    # The wall clock moved by step_ms since the instant: no hold at all.
-    assert _held(_pool(), instant_ago_ms=step_ms) - step_ms / 1000 < 0.05
+    # The wall clock moved by step_ms since the instant: no hold at all. (With calls
+    # always waiting a wrong hold runs to the 250 ms cap; 0.2 s leaves a loaded machine
+    # room where 0.05 s did not.)
+    assert _held(_pool(), instant_ago_ms=step_ms) - step_ms / 1000 < 0.2
 
 
 def test_no_hold_without_a_big_instant(monkeypatch):
     monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
-    assert _held(_pool(), instant_ago_ms=None) < 0.05
+    assert _held(_pool(), instant_ago_ms=None) < 0.2  # a wrong hold: the 250 ms cap
 
 
 def test_the_hold_ends_when_the_queue_empties(monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.state import ClusterState
+from raftsched.core.state import ClusterState
 
 
 def hist(st: ClusterState, job: str) -> list[Any]:
@@ -12,8 +12,21 @@ def hist(st: ClusterState, job: str) -> list[Any]:
     return list(st.history.get(job, ()))
 
 
-def ok(st: ClusterState, cmd: dict[str, Any]) -> dict[str, Any]:
-    """Apply ``cmd``, which must be accepted."""
+def from_leader(st: ClusterState, cmd: Any) -> Any:
+    """A plan or release as the current leader proposes it: its term and node filled in
+    from the state's leadership record where the test did not set them (a typed command
+    has them)."""
+    if isinstance(cmd, dict) and cmd.get("op") in ("plan", "release"):
+        cmd = dict(cmd)
+        cmd.setdefault("term", st.leader["term"])
+        cmd.setdefault("leader", st.leader["node"])
+    return cmd
+
+
+def ok(st: ClusterState, cmd: Any) -> dict[str, Any]:
+    """Apply ``cmd`` (a plan or release from the current leader unless it says
+    otherwise), which must be accepted."""
+    cmd = from_leader(st, cmd)
     reply = st.apply(cmd)
     assert reply["ok"], (cmd, reply)
     return reply

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from raftsched.cli import (
+from raftsched.core.errors import InvalidSpec
+from raftsched.faces.cli import load_job_file, main
+from raftsched.faces.cliformat import (
     clean,
     format_job,
     format_jobs,
@@ -19,12 +21,14 @@ from raftsched.cli import (
     format_schedule,
     format_status,
     format_time,
-    load_job_file,
-    main,
 )
-from raftsched.errors import InvalidSpec
 
 T0 = 1_795_939_200_000  # 2026-11-29T08:00:00Z
+
+
+def last(run_id: str, state: str, reason: str, at_ms: int) -> dict[str, Any]:
+    """A job's ``last`` as the API gives it: a named object."""
+    return {"run_id": run_id, "state": state, "reason": reason, "at_ms": at_ms}
 
 
 def job(job_id: str, schedule: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -80,9 +84,9 @@ def test_clean_escapes_terminal_controls() -> None:
 def test_format_jobs_columns() -> None:
     result = {"jobs": [
         job("backup", {"cron": "0 8 * * *", "tz": "UTC"},
-            last=["backup@1", "succeeded", "exit 0", T0], active=["backup@2"]),
+            last=last("backup@1", "succeeded", "exit 0", T0), active=["backup@2"]),
         job("report", {"every": "15m"}, next_ms=None, paused=True,
-            last=["report@1", "missed", "no_leader", T0]),
+            last=last("report@1", "missed", "no_leader", T0)),
     ], "total": 2}
     lines = format_jobs(result).splitlines()
     assert split_row(lines[0]) == ["ID", "SCHEDULE", "NEXT", "PAUSED", "LAST", "ACTIVE"]
@@ -101,7 +105,7 @@ def test_format_jobs_says_when_truncated() -> None:
 
 
 def test_format_job_lines() -> None:
-    out = format_job(job("backup", {"every": "1m"}, last=["backup@1", "failed", "exit 3", T0]))
+    out = format_job(job("backup", {"every": "1m"}, last=last("backup@1", "failed", "exit 3", T0)))
     lines = out.splitlines()
     assert lines[0] == "id: backup"
     assert "next: 2026-11-29T08:15:00Z" in lines
@@ -160,25 +164,26 @@ def test_format_status() -> None:
             "inflight": 1, "skew_ms": 2, "boot_ms": T0}
     status = {"node": "n1", "leader": "n1", "leader_addr": "127.0.0.1:7101", "term": 3,
               "health": "ok", "summary": summary,
-              "nodes": [dict(node, node_id="n1", api="127.0.0.1:7101", last_seen_ms=T0 + 3000),
+              "nodes": [dict(node, node_id="n1", api="127.0.0.1:7101", last_seen_ms=T0 + 3000,
+                             pid=4242),
                         dict(node, node_id="n2", api="127.0.0.1:7102", last_seen_ms=T0,
-                             alive=False, tags=[], skew_ms=None)],
+                             alive=False, tags=[], skew_ms=None, pid=None)],
               "jobs": 12, "active_runs": 2, "commit_index": 40, "applied": 40,
               "totals": {"succeeded": 10, "missed": 1}}
     lines = format_status(status).splitlines()
     assert lines[0] == summary
     header = lines.index(next(line for line in lines if line.startswith("NODE")))
-    assert split_row(lines[header]) == ["NODE", "ALIVE", "CONNECTED", "API", "SLOTS",
+    assert split_row(lines[header]) == ["NODE", "ALIVE", "CONNECTED", "PID", "API", "SLOTS",
                                         "INFLIGHT", "TAGS", "LAST_SEEN", "SKEW_MS"]
-    assert split_row(lines[header + 1]) == ["n1", "yes", "yes", "127.0.0.1:7101", "4", "1",
-                                            "gpu,eu", "0.0s", "2"]
-    assert split_row(lines[header + 2]) == ["n2", "no", "yes", "127.0.0.1:7102", "4", "1",
-                                            "-", "3.0s", "-"]
+    assert split_row(lines[header + 1]) == ["n1", "yes", "yes", "4242", "127.0.0.1:7101", "4",
+                                            "1", "gpu,eu", "0.0s", "2"]
+    assert split_row(lines[header + 2]) == ["n2", "no", "yes", "-", "127.0.0.1:7102", "4",
+                                            "1", "-", "3.0s", "-"]
     assert "totals: missed=1 succeeded=10" in lines
     # With the node's clock in the reply, ages are measured from it.
     lines = format_status(dict(status, now_ms=T0 + 4000)).splitlines()
-    assert split_row(lines[header + 1])[7] == "1.0s"
-    assert split_row(lines[header + 2])[7] == "4.0s"
+    assert split_row(lines[header + 1])[8] == "1.0s"
+    assert split_row(lines[header + 2])[8] == "4.0s"
 
 
 # ------------------------------------------------------------------ job files
@@ -240,6 +245,6 @@ def test_unreachable_node_is_an_error_not_a_traceback(
     with socket.socket() as s:  # bound, not listening: connections are refused
         s.bind(("127.0.0.1", 0))
         monkeypatch.setenv("RAFTSCHED_ADDR", f"127.0.0.1:{s.getsockname()[1]}")
-        assert main(["status", "--timeout", "1"]) == 1
+        assert main(["status", "--timeout", "1"]) == 3  # the cluster cannot answer: exit 3
     err = capsys.readouterr().err
     assert err.startswith("error: unavailable: ") and "127.0.0.1:" in err

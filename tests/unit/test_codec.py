@@ -1,4 +1,4 @@
-"""Tests for raftsched.codec: commands, frames, spec rows and state snapshots."""
+"""Tests for raftsched.core.codec: commands, frames, spec rows and state snapshots."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.codec import (
+from raftsched.core.codec import (
     COMMAND_VERSION,
+    COMMAND_VERSIONS,
     SNAPSHOT_VERSION,
     decode_command,
     decode_state,
@@ -23,9 +24,12 @@ from raftsched.codec import (
     spec_to_row,
     unpackb,
 )
-from raftsched.errors import FrameTooLarge, ProtocolError
-from raftsched.model import JobSpec
-from raftsched.state import ClusterState
+from raftsched.core.errors import FrameTooLarge, ProtocolError
+from raftsched.core.model import JobSpec
+from raftsched.core.state import ClusterState
+
+#: A command version no release of this code reads.
+NEWER_COMMAND_VERSION = max(COMMAND_VERSIONS) + 1
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,7 +66,7 @@ def test_command_round_trip(cmd: dict[str, Any]) -> None:
     b"", b"\xc1", b"\x92\x01", b"\x81\xa1v", b"\xdd\xff\xff\xff\xff",
     packb([1, 2, 3]), packb("op"), packb(None),
     packb({"op": "put_job", "at": 1}),                       # no version
-    packb({"op": "put_job", "at": 1, "v": COMMAND_VERSION + 1}),
+    packb({"op": "put_job", "at": 1, "v": NEWER_COMMAND_VERSION}),
     packb({"op": "put_job", "at": 1, "v": 0}),
     packb({"op": "put_job", "at": 1, "v": "1"}),
     packb({"op": "put_job", "at": 1, "v": None}),
@@ -137,7 +141,7 @@ def test_spec_row_round_trip(raw: dict[str, Any]) -> None:
 
 
 def test_spec_rows_share_equal_parts() -> None:
-    from raftsched.codec import _Interner
+    from raftsched.core.codec import _Interner
     intern = _Interner()
     a = spec_from_row(spec_to_row(JobSpec.from_spec(SPECS[0])), intern)
     b = spec_from_row(spec_to_row(JobSpec.from_spec(dict(SPECS[0], id="a2"))), intern)

@@ -1,4 +1,5 @@
-"""Tests for raftsched.config: the example file, defaults, and every rejection naming its key."""
+"""Tests for raftsched.node.config: the example file, defaults, and every rejection
+naming its key."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.config import (
+from raftsched.core.errors import ConfigError
+from raftsched.node.config import (
     DEFAULT_API_ADDR,
     DEFAULT_METRICS_ADDR,
     DEFAULT_RAFT_ADDR,
@@ -29,7 +31,7 @@ from raftsched.config import (
     resolve_secret,
     split_addr,
 )
-from raftsched.errors import ConfigError
+from raftsched.node.notifyconfig import NotifyConfig
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -103,6 +105,7 @@ def test_example_file_documents_the_real_defaults() -> None:
     assert cfg.limits == Limits()
     assert cfg.timing == Timing()
     assert cfg.log == LogConfig()
+    assert cfg.notify == NotifyConfig()
     assert cfg.allowed_call_prefixes == ()
     assert all(n.workers == 4 and n.queue == 16 for n in cfg.nodes)
 
@@ -140,7 +143,8 @@ def test_durations_and_values_are_read() -> None:
     d["timing"] = {"node_timeout": "1m", "heartbeat": 5, "lookahead": "0s",
                    "election_timeout_min": "1s", "election_timeout_max": "2s",
                    "append_period": "100ms", "connection_timeout": "2s", "leader_fallback": "1s"}
-    d["limits"] = {"idle_timeout": "1h30m", "max_jobs": 10, "history_limit": 5}
+    d["limits"] = {"idle_timeout": "1h30m", "max_jobs": 10, "history_limit": 5,
+                   "done_retention": "7d"}
     d["log"] = {"level": "DEBUG", "format": "text"}
     d["cluster"]["allowed_call_prefixes"] = ["myapp.tasks", "other"]
     d["nodes"][1]["tags"] = ["gpu", "zone:eu-1"]
@@ -151,6 +155,7 @@ def test_durations_and_values_are_read() -> None:
                                 leader_fallback_ms=1000)
     assert cfg.limits.idle_timeout_ms == 5_400_000
     assert (cfg.limits.max_jobs, cfg.limits.history_limit) == (10, 5)
+    assert cfg.limits.done_retention_ms == 7 * 86_400_000
     assert cfg.log == LogConfig(level="debug", format="text")
     assert cfg.allowed_call_prefixes == ("myapp.tasks", "other")
     assert cfg.nodes[1].tags == ("gpu", "zone:eu-1")

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.durations import (
+from raftsched.core.durations import (
     MAX_DURATION_CHARS,
     format_duration,
     format_timestamp,
     parse_duration,
     parse_timestamp,
 )
-from raftsched.errors import InvalidSpec
+from raftsched.core.errors import InvalidSpec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,10 +22,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raftsched.codec import decode_state, encode_state
-from raftsched.errors import InvalidSpec
-from raftsched.model import JobSpec
-from raftsched.state import ClusterState
+from raftsched.core.codec import decode_state, encode_state
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.model import JobSpec
+from raftsched.core.state import ClusterState
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -231,7 +231,7 @@ def _base_state() -> tuple[bytes, dict[str, Any]]:
     ok({"op": "put_job", "at": T0, "spec": _spec(
         "j3", schedule={"at": "2099-01-01T00:00:00Z"}, paused=True, env={"K": "v"})})
     ok({"op": "put_job", "at": T0, "spec": _spec("j4", on_node_lost="fail")})
-    ok({"op": "plan", "at": T0 + S, "term": 1,
+    ok({"op": "plan", "at": T0 + S, "term": 1, "leader": "n1",
         "fires": [["run", "j1", T0 + S, "n1", False], ["run", "j2", T0 + 5 * S, "n2", False],
                   ["miss", "j1", T0 + 2 * S, T0 + 3 * S, 2, "missed", "no_leader"],
                   ["run", "j4", T0 + S, None, False]],
@@ -266,7 +266,7 @@ def _valid_commands() -> dict[str, dict[str, Any]]:
         "heartbeat": {"op": "heartbeat", "at": AT, "node": "n1", "boot": 2, "slots": 2,
                       "queue": 4, "tags": ["t", "u"], "api": "127.0.0.1:2"},
         "leader": {"op": "leader", "at": AT, "node": "n2", "term": 2, "skew": {"n1": 5}},
-        "plan": {"op": "plan", "at": AT, "term": 1,
+        "plan": {"op": "plan", "at": AT, "term": 1, "leader": "n1",
                  "fires": [["run", "j1", T0 + 5 * S, "n2", False],
                            ["miss", "j4", T0 + 2 * S, T0 + 4 * S, 3, "shed", "overload"]],
                  "place": [[i["pending"], "n1"], [i["manual"], "n2"]],
@@ -276,7 +276,8 @@ def _valid_commands() -> dict[str, dict[str, Any]]:
                   "items": [[i["assigned"], i["assigned_fence"]]]},
         "finish": {"op": "finish", "at": AT, "node": "n1",
                    "items": [[i["started"], i["fence1"], "failed", 1, "tail", "exit 1"]]},
-        "release": {"op": "release", "at": AT, "node": "n1", "scope": "all", "reason": "lost"},
+        "release": {"op": "release", "at": AT, "node": "n1", "scope": "all", "reason": "lost",
+                    "term": 1, "leader": "n1"},
     }
 
 

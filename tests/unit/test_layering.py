@@ -13,27 +13,27 @@ pytestmark = pytest.mark.timeout(60)
 
 PKG = Path(__file__).resolve().parents[2] / "raftsched"
 
-CORE = ("model", "trigger", "misses", "state", "claims", "records", "codec", "leader",
-        "durations", "errors")
+#: The layers, one folder each. ``core`` is pure; ``wire`` may use only the core;
+#: ``node`` may use core and wire; nothing but the public face imports ``faces``.
+LAYERS = ("core", "node", "wire", "faces")
+CORE = tuple(sorted(p.stem for p in (PKG / "core").glob("*.py") if p.stem != "__init__"))
+ALLOWED_LAYERS = {"core": {"core"}, "wire": {"core", "wire"}, "node": {"core", "wire", "node"},
+                  "faces": set(LAYERS)}
 
 #: Never imported by any core module.
 BANNED_MODULES = {"time", "threading", "socket", "asyncio", "os", "random", "uuid",
                   "pysyncobj", "subprocess", "multiprocessing", "selectors", "signal",
                   "secrets", "logging", "concurrent", "io", "pathlib", "shutil", "tempfile",
                   "urllib", "http", "ssl"}
-#: raftsched modules of the node, network and process layers.
-BANNED_RAFTSCHED = {"raft", "node", "worker", "api", "client", "cli", "executor", "callpool",
-                    "guard", "leaderloop", "metrics", "status", "local", "embedded", "events",
-                    "config"}
 #: Modules only some core modules may import.
 RESTRICTED = {
-    "zoneinfo": {"trigger"},
-    "croniter": {"trigger"},
+    "zoneinfo": {"cron"},
+    "croniter": {"cron"},
     "hashlib": {"trigger"},
-    "calendar": {"trigger"},
-    "datetime": {"trigger", "durations"},
+    "calendar": {"cron"},
+    "datetime": {"cron", "durations"},
     "struct": {"codec"},
-    "msgpack": {"codec"},
+    "msgpack": {"codec", "packing"},
 }
 #: Calls that read a clock or entropy, whatever they are imported as.
 CLOCK_ATTRS = {"now", "utcnow", "today", "time", "time_ns", "monotonic", "monotonic_ns",
@@ -44,7 +44,9 @@ CLOCK_TEXT = re.compile(r"datetime\.now|datetime\.utcnow|date\.today|time\.time|
 
 
 def _source(name: str) -> str:
-    return (PKG / f"{name}.py").read_text(encoding="utf-8")
+    """A core module's source (``name``), or any package file's (a path)."""
+    path = Path(name) if name.endswith(".py") else PKG / "core" / f"{name}.py"
+    return path.read_text(encoding="utf-8")
 
 
 def _code_text(name: str) -> str:
@@ -68,7 +70,7 @@ def _imports(name: str) -> list[str]:
             out.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = "raftsched" if node.level == 1 else ""
+                base = "raftsched.core" if node.level == 1 else ""
                 mod = f"{base}.{node.module}" if node.module else base
                 out.extend([mod] + [f"{mod}.{a.name}" for a in node.names])
             else:
@@ -86,8 +88,35 @@ def _imports(name: str) -> list[str]:
 
 
 def test_core_modules_exist() -> None:
-    for name in CORE:
-        assert (PKG / f"{name}.py").is_file(), name
+    for name in ("model", "trigger", "misses", "state", "claims", "records", "codec", "leader"):
+        assert name in CORE, name
+
+
+def _layer_of(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "raftsched" and parts[1] in LAYERS \
+        else None
+
+
+@pytest.mark.parametrize("path", sorted(str(p) for p in PKG.rglob("*.py")),
+                         ids=lambda p: str(Path(p).relative_to(PKG)))
+def test_layers_import_only_downwards(path: str) -> None:
+    """Every module sits in a layer folder and imports only the layers below it;
+    only the public face (``raftsched/__init__.py``, ``__main__``) imports a face."""
+    rel = Path(path).relative_to(PKG)
+    if len(rel.parts) == 1:
+        assert rel.name in ("__init__.py", "__main__.py"), f"{rel} is outside the layers"
+        return
+    layer = rel.parts[0]
+    assert layer in LAYERS, f"{rel}: unknown layer folder"
+    for mod in _imports(path):
+        if mod == "raftsched":
+            continue  # the package itself (its lazy public names)
+        target = _layer_of(mod)
+        if mod.startswith("raftsched") and target is None:
+            raise AssertionError(f"{rel} imports {mod}, which is in no layer")
+        if target is not None:
+            assert target in ALLOWED_LAYERS[layer], f"{rel} ({layer}) imports {mod}"
 
 
 @pytest.mark.parametrize("name", CORE)
@@ -96,10 +125,8 @@ def test_no_banned_imports(name: str) -> None:
         top = mod.split(".")[0]
         assert top not in BANNED_MODULES, f"{name} imports {mod}"
         assert mod not in ("__import__", "importlib.import_module"), f"{name}: dynamic import"
-        if top == "raftsched" and "." in mod:
-            sub = mod.split(".")[1]
-            assert sub not in BANNED_RAFTSCHED, f"{name} imports {mod}"
-            assert sub in CORE, f"{name} imports {mod}, which is not a core module"
+        if top == "raftsched":
+            assert mod.startswith("raftsched.core"), f"{name} imports {mod}, outside the core"
         if top in RESTRICTED:
             assert name in RESTRICTED[top], f"{name} imports {mod}"
 
@@ -130,6 +157,14 @@ def test_no_builtin_hash_or_io(name: str) -> None:
 
 def test_checker_catches_violations(tmp_path: Path) -> None:
     """The scanner itself works (a broken checker would pass everything)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import time\nfrom raftsched.node import events\n"
+                     "def f():\n    from raftsched.faces.cli import main\n"
+                     "from . import trigger\n")
+    found = _imports(str(probe))
+    assert {"time", "raftsched.node", "raftsched.faces.cli", "raftsched.core.trigger"} <= set(found)
+    assert _layer_of("raftsched.faces.cli") == "faces" and _layer_of("time") is None
+    assert "faces" not in ALLOWED_LAYERS["node"] and ALLOWED_LAYERS["core"] == {"core"}
     bad = "import time\nfrom datetime import datetime\nx = datetime.now()\ny = time.time()\n"
     tree = ast.parse(bad)
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]

@@ -1,4 +1,4 @@
-"""Tests for raftsched.leader.plan: placement, tags, limits, misses for want of a node,
+"""Tests for raftsched.core.leader.plan: placement, tags, limits, misses for want of a node,
 pending-first, shedding, overload, idempotence and lookahead."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from raftsched.codec import encode_state
-from raftsched.leader import Capacity, LeaderContext, place, plan
-from raftsched.state import ClusterState
+from raftsched.core import leader
+from raftsched.core.codec import encode_state
+from raftsched.core.effects import StopRun
+from raftsched.core.leader import Capacity, LeaderContext, place
+from raftsched.core.state import ClusterState
 from tests.unit.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,15 +74,37 @@ def test_place_prefers_least_loaded_and_rotates() -> None:
     assert place(live, (), 0) is None
 
 
-def test_spreads_over_equal_nodes() -> None:
+def test_spreads_over_equal_followers_and_the_leader_takes_the_overflow() -> None:
     st = fresh(3, slots=4)
-    for i in range(9):
+    for i in range(6):
         put(st, f"j{i}")
     cmd = plan(st, ctx(st, T0))
     assert cmd is not None
     ok(st, cmd)
-    assert len(st.runs) == 9
-    assert runs_by_node(st) == Counter({"n1": 3, "n2": 3, "n3": 3})
+    assert len(st.runs) == 6
+    # n1 leads: the followers share the work while they have free slots.
+    assert runs_by_node(st) == Counter({"n2": 3, "n3": 3})
+    for i in range(6, 12):
+        put(st, f"j{i}")
+    ok(st, plan(st, ctx(st, T0)))
+    assert runs_by_node(st) == Counter({"n2": 4, "n3": 4, "n1": 4})
+
+
+def test_a_free_slot_on_the_leader_beats_a_queue_on_a_follower() -> None:
+    st = fresh(2, slots=1, queue=3)
+    for i in range(3):
+        put(st, f"j{i}")
+    ok(st, plan(st, ctx(st, T0)))
+    # j0 takes n2's slot, j1 the leader's free slot (not n2's queue), j2 queues on n2.
+    assert runs_by_node(st) == Counter({"n2": 2, "n1": 1})
+
+
+def test_a_lone_leader_takes_every_run() -> None:
+    st = fresh(1, slots=4)
+    for i in range(3):
+        put(st, f"j{i}")
+    ok(st, plan(st, ctx(st, T0)))
+    assert runs_by_node(st) == Counter({"n1": 3})
 
 
 def test_respects_tags() -> None:
@@ -278,7 +302,7 @@ def test_plan_applied_twice_adds_nothing() -> None:
 
 
 def _strip(blob: bytes) -> Any:
-    from raftsched.codec import unpackb
+    from raftsched.core.codec import unpackb
     d = unpackb(blob)
     d["applied"] = 0
     return d
@@ -373,7 +397,7 @@ def test_replace_overlap_cancels_previous() -> None:
     ok(st, cmd)
     assert r1.run_id not in st.runs
     assert hist(st, "r")[-1].state == "cancelled"
-    assert ("cancel", r1.run_id, "n1") in st.take_effects()
+    assert StopRun(r1.run_id, "n1") in st.take_effects()
     assert st.runs[f"r@{T0 + 10 * S}"].state == "assigned"
 
 
@@ -403,3 +427,200 @@ def test_an_overlapping_fire_still_running_at_its_time_is_skipped() -> None:
     assert plan(st, ctx(st, T0 + 10 * S - 1, lookahead=250)) is None
     cmd = plan(st, ctx(st, T0 + 10 * S, lookahead=250))
     assert ["miss", "o", T0 + 10 * S, T0 + 10 * S, 1, "skipped", "overlap"] in cmd["fires"]
+
+
+def test_a_new_leader_waits_to_settle_before_it_skips_for_overlap() -> None:
+    """After a failover the previous run's finish, held up by the election, lands in the
+    new leader's first second: a fire past its time is not skipped before then."""
+    from raftsched.core.leader import SETTLE_MS
+
+    st, r1 = _first_run_started("o", "skip")
+    fire = T0 + 10 * S
+    elected = fire - 300
+    assert plan(st, ctx(st, fire + 100, since=elected)) is None
+    ok(st, {"op": "finish", "at": fire + 200, "node": "n1",
+            "items": [[r1.run_id, r1.fence, "succeeded", 0, "", ""]]})
+    cmd = plan(st, ctx(st, fire + 300, since=elected))
+    assert ["run", "o", fire, "n1", False] in cmd["fires"]
+    # Still running once the leader has settled: skipped, as before.
+    st, r1 = _first_run_started("o", "skip")
+    cmd = plan(st, ctx(st, elected + SETTLE_MS, since=elected))
+    assert ["miss", "o", fire, fire, 1, "skipped", "overlap"] in cmd["fires"]
+
+
+def plan(st: ClusterState, c: LeaderContext) -> dict[str, Any] | None:
+    """The plan as the map it is replicated as (the tests read its items as lists)."""
+    cmd = leader.plan(st, c)
+    return None if cmd is None else cmd.to_wire()
+
+
+def test_week_outage_of_cron_jobs_plans_from_a_copy_with_exact_ranges() -> None:
+    """Issue 13: after a week down, each per-minute cron job gets one catch-up run and one
+    exact missed range; the plan is computed from a copy taken under the lock, so the
+    state may change meanwhile (the copy alone decides), and counting is per day."""
+    from raftsched.core.leader import plan_from, plan_input
+    from raftsched.core.trigger import count_fires
+
+    week = 7 * 86_400 * S
+    st = fresh(slots=400)
+    for j in range(20):
+        put(st, f"c{j}", schedule={"cron": "* * * * *", "tz": "Europe/Berlin"},
+            misfire={"policy": "once", "grace": "60s"})
+    now = T0 + week + 30 * S
+    c = ctx(st, now, since=now - S, boot=now - 2 * S)
+    inp = plan_input(st, now + c.lookahead_ms)
+    before = encode_state(st)
+    ok(st, {"op": "delete_job", "job": "c0", "at": now})  # after the copy: it does not see
+    typed = plan_from(inp, c)
+    assert typed is not None and encode_state(st) != before
+    cmd = typed.to_wire()
+    runs = [f for f in cmd["fires"] if f[0] == "run"]
+    misses = [f for f in cmd["fires"] if f[0] == "miss"]
+    assert sorted(f[1] for f in runs) == sorted(f"c{j}" for j in range(20))
+    assert len(misses) == 20
+    sched = inp.due[0].spec.schedule
+    for m in misses:
+        _, job, first, last, count, outcome, reason = m
+        assert (outcome, reason) == ("missed", "coalesced")
+        assert count == count_fires(sched, first - 1, last) > 10_000 - 100
+    assert {f[2] for f in runs} == {now - now % 60_000}  # the newest fire time, not late
+
+
+def test_a_catch_up_is_spread_over_plans_and_on_time_jobs_are_not_held_back() -> None:
+    """Issue 13: a catch-up of many jobs is planned MAX_CATCHUP_JOBS_PER_PLAN jobs at a
+    time (each plan's apply stays short under the Raft lock); jobs due on time that the
+    same bounded read copied are planned in the first plan whatever the catch-up; every
+    job ends with one range."""
+    from raftsched.core.leader import MAX_CATCHUP_JOBS_PER_PLAN as CAP
+    from raftsched.core.leader import MAX_JOBS_PER_PLAN
+
+    n = CAP + 7
+    assert n + 3 <= MAX_JOBS_PER_PLAN  # all read by the first plan (the read is bounded)
+    st = fresh(slots=2 * n)
+    for j in range(n):
+        put(st, f"c{j:04d}", schedule={"cron": "* * * * *", "tz": "Europe/Berlin"},
+            misfire={"policy": "once", "grace": "60s"})
+    now = T0 + 7 * 86_400 * S + 30 * S
+    for j in range(3):  # created just now: due on time, not late
+        put(st, f"t{j}", at=now - S)
+    plans = []
+    while (cmd := plan(st, ctx(st, now, lookahead=10 * S, since=now - S))) is not None \
+            and len(plans) < 10:
+        plans.append(cmd)
+        ok(st, cmd)
+    caught = [{f[1] for f in p["fires"] if f[0] == "miss"} for p in plans]
+    assert [len(c) for c in caught if c] == [CAP, 7]
+    assert {f[1] for f in plans[0]["fires"] if f[0] == "run"} >= {"t0", "t1", "t2"}
+    ranges = [f for p in plans for f in p["fires"] if f[0] == "miss"]
+    assert sorted(f[1] for f in ranges) == sorted(f"c{j:04d}" for j in range(n))
+    assert {f[1] for p in plans for f in p["fires"] if f[0] == "run"} >= \
+        {f"c{j:04d}" for j in range(n)}
+
+# ------------------------------------------------------------ a one-shot already past
+
+def _at_job(st: ClusterState, job: str, at_ms: int, put_at: int, **spec: Any) -> dict[str, Any]:
+    from raftsched.core.durations import format_timestamp
+    body: dict[str, Any] = {"id": job, "schedule": {"at": format_timestamp(at_ms)},
+                            "command": ["true"]}
+    body.update(spec)
+    return st.apply({"op": "put_job", "at": put_at, "spec": body, "v": 3})
+
+
+def test_an_at_inside_its_grace_in_the_past_runs_late_and_the_job_is_then_done() -> None:
+    """Issue 12 item 7: `at` 20 s ago (grace 60 s) used to be accepted and never run."""
+    st = fresh(1)
+    assert _at_job(st, "once", T0 - 20 * S, T0)["ok"]
+    assert st.jobs["once"].next_ms == T0 - 20 * S
+    ok(st, plan(st, ctx(st, T0 + S)))
+    runs = [r for r in st.runs.values() if r.job_id == "once"]
+    assert [(r.scheduled_ms, r.node) for r in runs] == [(T0 - 20 * S, "n1")]
+    assert st.jobs["once"].to_dict()["done"] is False
+    run = runs[0]
+    ok(st, {"op": "start", "at": T0 + 2 * S, "node": "n1", "items": [[run.run_id, run.fence]]})
+    ok(st, {"op": "finish", "at": T0 + 3 * S, "node": "n1",
+            "items": [[run.run_id, run.fence, "succeeded", 0, "", ""]]})
+    view = st.jobs["once"].to_dict()
+    assert view["done"] is True and view["next_ms"] is None
+    assert [r.state for r in hist(st, "once")] == ["succeeded"]
+
+
+def test_an_at_beyond_its_grace_is_refused_naming_the_field_and_changes_nothing() -> None:
+    st = fresh(1)
+    before = encode_state(st)
+    reply = _at_job(st, "old", T0 - 120 * S, T0)
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == "invalid_spec"
+    assert reply["error"]["message"].startswith("schedule.at: is 2m in the past, beyond "
+                                                "misfire.grace (1m)"), reply
+    st.applied -= 1
+    assert encode_state(st) == before
+    # A longer grace admits it; an atomic file with one such job is refused whole.
+    assert _at_job(st, "old", T0 - 120 * S, T0, misfire={"grace": "5m"})["ok"]
+    reply = st.apply({"op": "put_jobs", "at": T0, "v": 3, "atomic": True, "specs": [
+        {"id": "fine", "schedule": {"every": "1s"}, "command": ["true"]},
+        {"id": "stale", "schedule": {"at": "2020-01-01T00:00:00Z"}, "command": ["true"]}]})
+    assert reply["ok"] is False and reply["error"]["message"].startswith("specs[1].schedule.at")
+    assert "fine" not in st.jobs
+
+
+def test_version_2_puts_of_a_past_at_keep_their_meaning_on_replay() -> None:
+    st = fresh(1)
+    assert st.apply({"op": "put_job", "at": T0, "v": 2, "spec": {
+        "id": "old", "schedule": {"at": "2020-01-01T00:00:00Z"}, "command": ["true"]}})["ok"]
+    assert st.jobs["old"].next_ms is None
+
+
+def test_an_unchanged_past_at_can_still_be_updated() -> None:
+    """An export -> apply round trip (or a changed command) of a finished one-shot job."""
+    st = fresh(1)
+    assert _at_job(st, "once", T0 - 20 * S, T0)["ok"]
+    assert _at_job(st, "once", T0 - 20 * S, T0 + 3600 * S, command=["false"])["ok"]
+
+
+def test_retention_deletes_only_the_finished_version_the_leader_saw() -> None:
+    st = fresh(1)
+    assert _at_job(st, "once", T0 - 20 * S, T0)["ok"]
+    # Not done yet (its fire time is still to run): refused, nothing changes.
+    before = encode_state(st)
+    reply = st.apply({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})
+    assert reply["ok"] is False and reply["error"]["code"] == "conflict"
+    st.applied -= 1
+    assert encode_state(st) == before
+    # Put again in the future: a new version, so the old version's delete is refused.
+    assert _at_job(st, "once", T0 + 60 * S, T0)["ok"]
+    assert st.apply({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})["ok"] is False
+    assert "once" in st.jobs
+
+
+def test_the_copy_under_the_lock_is_bounded_and_leaves_out_what_is_in_flight() -> None:
+    """Issue 13: ``plan_input`` (run under the Raft lock) copies at most
+    MAX_JOBS_PER_PLAN due jobs and MAX_RUNS_PER_PLAN pending runs, however many are due,
+    and none of the jobs or runs of plans not yet committed."""
+    from raftsched.core.leader import MAX_JOBS_PER_PLAN, MAX_RUNS_PER_PLAN, plan_input
+
+    n = 3 * MAX_JOBS_PER_PLAN
+    st = fresh(2, slots=n)
+    for j in range(n):
+        put(st, f"j{j:04d}")
+    now = T0 + 10 * S
+    # Every first run on n2, then n2 drops out: they all wait for a node again.
+    while (cmd := plan(st, ctx(st, now, live=caps(st, ("n2",))))) is not None:
+        ok(st, cmd)
+    ok(st, {"op": "release", "at": now, "node": "n2", "scope": "assigned",
+            "reason": "disconnected"})
+    assert len(st.pending) == n > MAX_RUNS_PER_PLAN
+    later = now + 10 * S
+    inp = plan_input(st, later)
+    assert len(inp.pending) == MAX_RUNS_PER_PLAN
+    assert len(inp.due) == MAX_JOBS_PER_PLAN
+    assert [d.spec.id for d in inp.due] == [f"j{j:04d}" for j in range(MAX_JOBS_PER_PLAN)]
+    flying_jobs = {d.spec.id for d in inp.due}
+    flying_runs = {p.run_id for p in inp.pending}
+    nxt = plan_input(st, later, skip_jobs=flying_jobs, skip_runs=flying_runs)
+    assert {d.spec.id for d in nxt.due} == {f"j{j:04d}" for j in
+                                            range(MAX_JOBS_PER_PLAN, 2 * MAX_JOBS_PER_PLAN)}
+    assert not flying_runs & {p.run_id for p in nxt.pending}
+    assert len(nxt.pending) == MAX_RUNS_PER_PLAN
+    # The index keeps every job (skipped ones too): all are read again once committed.
+    assert len(plan_input(st, later).due) == MAX_JOBS_PER_PLAN
+    assert len(st.due_jobs(later, 10 * n)) == n

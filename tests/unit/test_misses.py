@@ -1,4 +1,4 @@
-"""Tests for raftsched.misses: classify (per misfire policy, grace boundary, long
+"""Tests for raftsched.core.misses: classify (per misfire policy, grace boundary, long
 outages, DST), overlap_decision and late_reason."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.misses import (
+from raftsched.core.misses import (
     MAX_DUE_PER_JOB,
     MissRange,
     OverlapDecision,
@@ -18,14 +18,14 @@ from raftsched.misses import (
     late_reason,
     overlap_decision,
 )
-from raftsched.model import MisfirePolicy, MisfireSpec, Overlap
-from raftsched.trigger import Schedule, count_fires, fire_times
+from raftsched.core.model import MisfirePolicy, MisfireSpec, Overlap
+from raftsched.core.trigger import Schedule, count_fires, fire_times, schedule_from_spec
 
 pytestmark = pytest.mark.timeout(60)
 
 S = 1000
-EVERY_10S = Schedule.from_spec({"every": "10s"})
-EVERY_1S = Schedule.from_spec({"every": "1s"})
+EVERY_10S = schedule_from_spec({"every": "10s"})
+EVERY_1S = schedule_from_spec({"every": "1s"})
 
 
 def mis(policy: str, grace_ms: int = 60 * S, max_catchup: int = 10) -> MisfireSpec:
@@ -48,8 +48,7 @@ def accounted(res, schedule: Schedule, hwm: int) -> None:
     if res.hwm_ms is None:
         assert res.run == () and res.missed == ()
         return
-    total, exact = count_fires(schedule, hwm, res.hwm_ms, 10**7)
-    assert exact
+    total = count_fires(schedule, hwm, res.hwm_ms)
     assert len(res.run) + sum(m.count for m in res.missed) == total
     assert list(res.run) == sorted(set(res.run))
     spans = sorted([(m.first_ms, m.last_ms) for m in res.missed] + [(r, r) for r in res.run])
@@ -146,7 +145,7 @@ def test_long_outage_once() -> None:
 def test_long_outage_once_no_on_time_fire_runs_latest_late() -> None:
     # every 100 s, grace 60 s: fires 100..1000 s; at now = 1050 s the newest (1000 s) is
     # still on time... at now = 1070 s it is late, and it is the one that runs.
-    sched = Schedule.from_spec({"every": "100s"})
+    sched = schedule_from_spec({"every": "100s"})
     res = run_classify(sched, 0, 1070 * S, mis("once"))
     assert res.run == (1000 * S,)
     assert res.missed == (MissRange(first_ms=100 * S, last_ms=900 * S, count=9,
@@ -205,15 +204,17 @@ def test_zero_grace() -> None:
 def test_thirty_day_outage_every_second_is_fast_and_exact(policy: str) -> None:
     now = 30 * 86_400 * S
     grace = 60 * S
-    t0 = time.perf_counter()
+    # CPU time of this process (a loaded machine's other processes do not count); one
+    # step per fire time would be 2.6 M steps, seconds of CPU.
+    t0 = time.process_time()
     res = run_classify(EVERY_1S, 0, now, mis(policy, grace_ms=grace, max_catchup=1000))
-    elapsed = time.perf_counter() - t0
+    elapsed = time.process_time() - t0
     assert elapsed < 0.5, elapsed
     late = (now - grace - S) // S  # fire times 1 s .. now - grace - 1 s
     assert late == 2_591_939
     on_time = 61
     if policy == "skip":
-        assert res.missed[0].count == late and res.missed[0].exact
+        assert res.missed[0].count == late
         assert len(res.run) == on_time
     elif policy == "once":
         assert res.run == (now,)
@@ -223,13 +224,12 @@ def test_thirty_day_outage_every_second_is_fast_and_exact(policy: str) -> None:
         assert res.missed[0].reason == "catchup_limit"
         assert len(res.run) == min(1000 + on_time, 1000 + MAX_DUE_PER_JOB)
     assert res.hwm_ms == max(res.run)
-    assert all(m.exact for m in res.missed)
 
 
 # --------------------------------------------------------------------- DST (cron)
 
 def test_cron_spring_forward_fixed_hour_fires_once() -> None:
-    sched = Schedule.from_spec({"cron": "30 2 * * *", "tz": "Europe/Berlin"})
+    sched = schedule_from_spec({"cron": "30 2 * * *", "tz": "Europe/Berlin"})
     hwm = ms("2026-03-28T12:00:00+00:00")
     # 02:30 does not exist on 2026-03-29: it fires at 03:00+02:00 (01:00Z).
     due = ms("2026-03-29T01:00:00+00:00")
@@ -239,7 +239,7 @@ def test_cron_spring_forward_fixed_hour_fires_once() -> None:
 
 
 def test_cron_fall_back_fixed_hour_fires_once() -> None:
-    sched = Schedule.from_spec({"cron": "30 2 * * *", "tz": "Europe/Berlin"})
+    sched = schedule_from_spec({"cron": "30 2 * * *", "tz": "Europe/Berlin"})
     hwm = ms("2026-10-24T12:00:00+00:00")
     now = ms("2026-10-25T12:00:00+00:00")
     res = run_classify(sched, hwm, now, mis("all", grace_ms=86_400 * S))
@@ -247,7 +247,7 @@ def test_cron_fall_back_fixed_hour_fires_once() -> None:
 
 
 def test_cron_wildcard_hour_across_dst_days() -> None:
-    sched = Schedule.from_spec({"cron": "0 * * * *", "tz": "Europe/Berlin"})
+    sched = schedule_from_spec({"cron": "0 * * * *", "tz": "Europe/Berlin"})
     day = 86_400 * S
     # Berlin's 2026-03-29 has 23 hours, 2026-10-25 has 25: every one fires once.
     spring_start = ms("2026-03-28T23:00:00+00:00")  # 00:00+01:00
@@ -281,7 +281,7 @@ def test_cron_wildcard_hour_across_dst_days() -> None:
 def test_classify_accounts_for_every_fire(every: int, hwm: int, gap: int, grace: int,
                                           lookahead: int, policy: str,
                                           max_catchup: int) -> None:
-    sched = Schedule.from_spec({"every": f"{every}s"})
+    sched = schedule_from_spec({"every": f"{every}s"})
     hwm *= S
     now = hwm + gap * S // 7
     res = run_classify(sched, hwm, now, mis(policy, grace_ms=grace * S,

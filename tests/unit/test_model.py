@@ -1,4 +1,4 @@
-"""Tests for raftsched.model: JobSpec validation (every field named in its error),
+"""Tests for raftsched.core.model: JobSpec validation (every field named in its error),
 the to_spec/from_spec round trip, redaction and the retry backoff."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.errors import InvalidSpec
-from raftsched.model import (
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.model import (
     DEFAULT_BACKOFF_MAX_MS,
     DEFAULT_BACKOFF_MS,
     MAX_ARGV,
@@ -26,7 +26,7 @@ from raftsched.model import (
     job_of_run,
     run_id_of,
 )
-from raftsched.trigger import ScheduleKind
+from raftsched.core.trigger import ScheduleKind
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -322,7 +322,7 @@ def schedules(draw: Any) -> dict[str, Any]:
 
 
 def _fmt(ms: int) -> str:
-    from raftsched.durations import format_duration
+    from raftsched.core.durations import format_duration
     return format_duration(ms)
 
 

@@ -1,4 +1,4 @@
-"""Example-based tests of raftsched.state.ClusterState.apply (and raftsched.claims)."""
+"""Example-based tests of raftsched.core.state.ClusterState.apply (and raftsched.core.claims)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from raftsched.codec import encode_state
-from raftsched.errors import UnknownJob
-from raftsched.state import ClusterState
+from raftsched.core.codec import encode_state
+from raftsched.core.effects import JobRemoved, JobResumed, NodeLost, RunAssigned, StopRun
+from raftsched.core.errors import UnknownJob
+from raftsched.core.state import ClusterState
 from tests.unit.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
@@ -54,12 +55,11 @@ def hb(st: ClusterState, node: str, at: int = T0 - 5 * S, boot: int = 1, slots: 
 def run_fire(st: ClusterState, job: str, sched: int, node: str | None = "n1",
              term: int = 1, at: int | None = None, queued: bool = False) -> dict[str, Any]:
     return ok(st, {"op": "plan", "at": sched if at is None else at, "term": term,
-                   "leader": "n1", "fires": [["run", job, sched, node, queued]]})
+                   "fires": [["run", job, sched, node, queued]]})
 
 
 def place(st: ClusterState, run_id: str, node: str, at: int, term: int = 1) -> dict[str, Any]:
-    return ok(st, {"op": "plan", "at": at, "term": term, "leader": "n1",
-                   "place": [[run_id, node]]})
+    return ok(st, {"op": "plan", "at": at, "term": term, "place": [[run_id, node]]})
 
 
 def start(st: ClusterState, node: str, run_id: str, fence: int, at: int) -> list[Any]:
@@ -166,9 +166,9 @@ def test_delete_cancels_active_runs() -> None:
     assert not st.runs and not st.pending
     assert not any(st.by_node.values())
     effects = st.take_effects()
-    assert ("cancel", r1.run_id, "n1") in effects  # the started one must be stopped
-    assert ("cancel", r2.run_id, "n2") not in effects
-    assert ("job_removed", "j") in effects
+    assert StopRun(r1.run_id, "n1") in effects  # the started one must be stopped
+    assert StopRun(r2.run_id, "n2") not in effects
+    assert JobRemoved("j") in effects
     assert st.totals["cancelled"] == 2
     assert finish_hist == 0
     err(st, {"op": "delete_job", "at": T0, "job": "j"}, "unknown_job")
@@ -224,7 +224,7 @@ def test_resume_without_catch_up_records_paused_range() -> None:
     assert miss.until_ms == T0 + 30 * S  # the last missed fire time, not the resume time
     assert rec.last[1:3] == ("missed", "paused")
     assert st.totals["missed"] == 4
-    assert ("job_resumed", "j", False) in st.take_effects()
+    assert JobResumed("j", False) in st.take_effects()
     # Resuming an unpaused job changes nothing but is fine.
     assert ok(st, {"op": "resume", "at": at + 1, "job": "j"})["version"] == 3
 
@@ -326,7 +326,7 @@ def test_trigger_overlap_replace() -> None:
     reply = ok(st, {"op": "trigger", "at": T0 + 5 * S, "job": "j"})
     assert first not in st.runs
     assert hist(st, "j")[-1].state == "cancelled"
-    assert ("cancel", first, "n1") in st.take_effects()
+    assert StopRun(first, "n1") in st.take_effects()
     assert list(st.runs) == [reply["run_id"]]
 
 
@@ -416,7 +416,7 @@ def test_plan_assigns_with_increasing_fences_and_advances_mark() -> None:
                               ["run", "a", T0 + 10 * S, "n2", False]],
                     "next": [["a", T0 + 20 * S], ["b", T0 + 10 * S]]})
     assert reply == {"ok": True, "rejected": [], "fence": 3}
-    fences = [e[3] for e in st.take_effects() if e[0] == "assigned"]
+    fences = [e.fence for e in st.take_effects() if isinstance(e, RunAssigned)]
     assert fences == [1, 2, 3]
     assert st.jobs["a"].hwm_ms == T0 + 10 * S and st.jobs["b"].hwm_ms == T0
     assert st.jobs["a"].next_ms == T0 + 20 * S
@@ -450,9 +450,68 @@ def test_plan_from_older_term_refused_entirely() -> None:
     err(st, {"op": "plan", "at": T0, "term": 2, "leader": "n1",
              "fires": [["run", "a", T0, "n1", False]], "next": [["a", T0 + 10 * S]]},
         "conflict")
-    # The current or a newer term is fine (a new leader may plan before recording).
+    # Only the recorded leader plans: a newer term's leader records itself first.
+    err(st, {"op": "plan", "at": T0, "term": 4, "leader": "n1",
+             "fires": [["run", "a", T0, "n1", False]]}, "conflict")
+    err(st, {"op": "plan", "at": T0, "term": 3, "leader": "n1",
+             "fires": [["run", "a", T0, "n1", False]]}, "conflict")
     assert run_fire(st, "a", T0, term=3)["rejected"] == []
     err(st, {"op": "leader", "at": T0, "node": "n1", "term": 2}, "conflict")
+
+
+def test_leader_only_commands_need_the_log_entrys_term() -> None:
+    """A deposed leader's release, plan or leadership record — proposed in its old term
+    and appended by the new leader in a newer one — changes nothing (issue 14, #1)."""
+    st = base()
+    put(st, "a")
+    run_fire(st, "a", T0 + 2 * S, node="n2")
+    snap = encode_state(st)
+    stale = [
+        {"op": "release", "at": T0, "node": "n2", "scope": "all", "reason": "silent",
+         "term": 1, "leader": "n1"},
+        {"op": "plan", "at": T0, "term": 1, "leader": "n1", "place": []},
+        {"op": "leader", "at": T0, "node": "n1", "term": 1},
+    ]
+    for cmd in stale:
+        reply = st.apply(dict(cmd), 2)
+        assert reply["error"]["code"] == "conflict", (cmd, reply)
+        assert "no longer leads" in reply["error"]["message"]
+    st.applied -= len(stale)
+    assert encode_state(st) == snap
+    # The same commands in the term they were proposed in are the leader's own.
+    assert st.apply(dict(stale[0]), 1)["ok"]
+    assert st.runs[f"a@{T0 + 2 * S}"].state == "pending"
+
+
+def test_release_from_a_node_that_is_not_the_recorded_leader_is_refused() -> None:
+    st = base()
+    put(st, "a")
+    run_fire(st, "a", T0 + 2 * S, node="n2")
+    snap = encode_state(st)
+    err(st, {"op": "release", "at": T0, "node": "n2", "scope": "all", "term": 1,
+             "leader": "n3"}, "conflict")
+    err(st, {"op": "release", "at": T0, "node": "n2", "scope": "all", "term": 0,
+             "leader": "n1"}, "conflict")
+    err(st, {"op": "release", "at": T0, "node": "n2", "scope": "all"}, "invalid_argument")
+    st.applied -= 3
+    assert encode_state(st) == snap
+
+
+def test_one_leadership_record_per_term() -> None:
+    st = base()
+    err(st, {"op": "leader", "at": T0, "node": "n2", "term": 1}, "conflict")
+    assert st.leader["node"] == "n1" and st.leader["changes"] == 1
+    ok(st, {"op": "leader", "at": T0 + 1, "node": "n1", "term": 1})  # a re-commit is fine
+    ok(st, {"op": "leader", "at": T0 + 2, "node": "n2", "term": 2})
+
+
+def test_version_1_release_without_a_term_keeps_its_meaning() -> None:
+    """A journal written before leader-only commands carried terms replays as it was."""
+    st = base()
+    put(st, "a")
+    run_fire(st, "a", T0 + 2 * S, node="n2")
+    assert st.apply({"op": "release", "at": T0, "node": "n2", "scope": "all", "v": 1}, 5)["ok"]
+    assert st.runs[f"a@{T0 + 2 * S}"].state == "pending"
 
 
 def test_plan_run_to_unknown_or_lost_node_stays_pending() -> None:
@@ -656,7 +715,7 @@ def test_release_scope_all_retry() -> None:
     assert hist(st, "j")[-1].state == "lost"
     assert st.runs[b].state == "pending" and st.runs[b].attempt == 1
     assert not st.nodes["n1"].alive and st.nodes["n1"].lost_ms == T0 + 20 * S
-    assert ("node_lost", "n1", "silent") in st.take_effects()
+    assert NodeLost("n1", "silent") in st.take_effects()
     # The lost node's reports are stale now.
     assert finish(st, "n1", a, fence_a, T0 + 21 * S) == [[False, fence_a]]
     # It cannot get new work until it heartbeats again.
@@ -848,23 +907,24 @@ GARBAGE: list[tuple[str, Any]] = [
     ("plan-term-bool", {"op": "plan", "at": T0, "term": True}),
     ("plan-term-old", {"op": "plan", "at": T0, "term": 1, "fires": [
         ["run", "b", T0 + 30 * S, "n1", False]], "place": [[f"b@{T0 + 10 * S}", "n1"]]}),
-    ("plan-fires-str", {"op": "plan", "at": T0, "term": 2, "fires": "run"}),
-    ("plan-fires-short", {"op": "plan", "at": T0, "term": 2, "fires": [["run", "b"]]}),
-    ("plan-fires-six", {"op": "plan", "at": T0, "term": 2,
+    ("plan-fires-str", {"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": "run"}),
+    ("plan-fires-short", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
+                          "fires": [["run", "b"]]}),
+    ("plan-fires-six", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
                         "fires": [["run", "b", T0 + 30 * S, "n1", False, 1]]}),
-    ("plan-fires-item-int", {"op": "plan", "at": T0, "term": 2, "fires": [1]}),
-    ("plan-fires-dict", {"op": "plan", "at": T0, "term": 2, "fires": {"a": 1}}),
-    ("plan-good-fire-bad-place", {"op": "plan", "at": T0, "term": 2,
+    ("plan-fires-item-int", {"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": [1]}),
+    ("plan-fires-dict", {"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": {"a": 1}}),
+    ("plan-good-fire-bad-place", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
                                   "fires": [["run", "b", T0 + 30 * S, "n1", False]],
                                   "place": [["x"]]}),
-    ("plan-good-fire-bad-drop", {"op": "plan", "at": T0, "term": 2,
+    ("plan-good-fire-bad-drop", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
                                  "fires": [["run", "b", T0 + 30 * S, "n1", False]],
                                  "drop": [[RUN_ID, "shed"]]}),
-    ("plan-good-fire-bad-next", {"op": "plan", "at": T0, "term": 2,
+    ("plan-good-fire-bad-next", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
                                  "fires": [["run", "b", T0 + 30 * S, "n1", False]],
                                  "next": "b"}),
-    ("plan-place-str", {"op": "plan", "at": T0, "term": 2, "place": "x"}),
-    ("plan-next-item-int", {"op": "plan", "at": T0, "term": 2, "next": [5]}),
+    ("plan-place-str", {"op": "plan", "at": T0, "term": 2, "leader": "n1", "place": "x"}),
+    ("plan-next-item-int", {"op": "plan", "at": T0, "term": 2, "leader": "n1", "next": [5]}),
     ("start-no-node", {"op": "start", "at": T0, "items": [[RUN_ID, 1]]}),
     ("start-node-int", {"op": "start", "at": T0, "node": 1, "items": [[RUN_ID, 1]]}),
     ("start-items-str", {"op": "start", "at": T0, "node": "n1", "items": "x"}),
@@ -925,8 +985,9 @@ def _batch_garbage() -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
     for key, rows in items.items():
         for i, row in enumerate(rows):
-            out.append((f"plan-{key}-{i}", {"op": "plan", "at": T0, "term": 2, key: [row]}))
-    out.append(("plan-all-together", {"op": "plan", "at": T0, "term": 2, **items}))
+            out.append((f"plan-{key}-{i}", {"op": "plan", "at": T0, "term": 2, "leader": "n1",
+                                            key: [row]}))
+    out.append(("plan-all-together", {"op": "plan", "at": T0, "term": 2, "leader": "n1", **items}))
     start_items = [[RUN_ID, fence_a], [f"b@{T0}", 99], [f"b@{T0 + 10 * S}", 0],
                    ["zz@1", 1], [["x"], 1], [{"a": 1}, 1], [f"b@{T0}", "3"]]
     for i, row in enumerate(start_items):
@@ -972,7 +1033,7 @@ def test_bad_item_after_good_one_keeps_the_good_one() -> None:
     not abort the batch half-way (regression: TypeError -> internal error with the
     earlier items already applied)."""
     st = garbage_state()
-    reply = st.apply({"op": "plan", "at": T0, "term": 2, "fires": [
+    reply = st.apply({"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": [
         ["run", "b", T0 + 30 * S, None, False],
         ["miss", "b", T0 + 40 * S, T0 + 40 * S, 1, ["x"], "r"]],
         "drop": [[f"b@{T0}", ["shed"], "r"]]})
@@ -1008,7 +1069,7 @@ def test_apply_never_raises_on_odd_values() -> None:
 
 
 def test_plan_built_from_an_older_job_version_is_refused_for_that_job() -> None:
-    from raftsched.leader import Capacity, LeaderContext, plan
+    from raftsched.core.leader import Capacity, LeaderContext, plan
 
     st = base()
     put(st, "j")
@@ -1017,7 +1078,7 @@ def test_plan_built_from_an_older_job_version_is_refused_for_that_job() -> None:
                         boot_ms=0, live=(Capacity(node_id="n1", tags=frozenset(), slots=4,
                                                   limit=8),))
     stale = plan(st, ctx)
-    assert stale is not None and stale["versions"] == {"j": 1, "k": 1}
+    assert stale is not None and stale.versions == {"j": 1, "k": 1}
     # The job changes between planning and commit: its items must not apply.
     put(st, "j", at=T0 - 10, schedule={"every": "1h"})
     reply = ok(st, stale)

@@ -1,5 +1,5 @@
 """A hypothesis state machine driving ClusterState with random interleavings of every
-command (plans made by raftsched.leader.plan, stale and duplicate plans, stale fences,
+command (plans made by raftsched.core.leader.plan, stale and duplicate plans, stale fences,
 releases, restarts, restores) and checking the claim invariants after every step."""
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from hypothesis.stateful import (
     rule,
 )
 
-from raftsched.claims import _FINISH_OUTCOMES
-from raftsched.codec import decode_state, encode_state
-from raftsched.leader import Capacity, LeaderContext, plan
-from raftsched.model import job_of_run
-from raftsched.state import ClusterState
+from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
+from raftsched.core.commands import FINISH_OUTCOMES as _FINISH_OUTCOMES
+from raftsched.core.commands import Plan
+from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAssigned, RunCreated
+from raftsched.core.leader import Capacity, LeaderContext, plan
+from raftsched.core.model import job_of_run
+from raftsched.core.state import ClusterState
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -64,7 +66,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.fences: dict[str, list[int]] = {}        # run id -> every fence it was given
         self.created: dict[str, set[str]] = {j: set() for j in JOBS}
         self.marks: dict[str, int] = {}               # job -> highest mark seen
-        self.plans: list[dict[str, Any]] = []
+        self.plans: list[Plan] = []
         self.boots: dict[str, int] = {}
         self.steps = 0
 
@@ -83,29 +85,28 @@ class SchedulerMachine(RuleBasedStateMachine):
             # (d) a rejected command changes nothing.
             assert reply["error"]["code"] != "internal", (cmd, reply)
             assert _norm(st) == before, cmd
-            assert not st.effects or all(e[0].endswith("rejected") for e in st.effects)
+            assert all(isinstance(e, (ClaimRefused, PlanRejected)) for e in st.effects)
         for effect in st.take_effects():
-            kind = effect[0]
-            if kind == "assigned":
+            if isinstance(effect, RunAssigned):
                 # (b) fences strictly increase.
-                _, run_id, _node, fence = effect
+                run_id, fence = effect.run_id, effect.fence
                 assert fence > self.max_fence, (effect, self.max_fence)
                 self.max_fence = fence
                 self.fences.setdefault(run_id, []).append(fence)
-            elif kind == "created":
+            elif isinstance(effect, RunCreated):
                 # (a) a run id never reuses the id of a live run or of a history record;
                 # a fire time of the schedule is created at most once per job (incarnation)
                 # (a manual run's id is only unique among the runs the state still holds).
-                run_id = effect[1]
+                run_id = effect.run_id
                 job = job_of_run(run_id)
                 assert run_id not in live_ids, ("id of a live run", run_id, cmd)
                 assert run_id not in history_ids.get(job, set()), ("id in history", run_id)
-                if cmd.get("op") == "plan":
+                if isinstance(cmd, Plan):
                     assert run_id not in self.created[job], ("created twice", run_id, cmd)
                     self.created[job].add(run_id)
-            elif kind == "job_removed":
-                self.created[effect[1]] = set()
-                self.marks.pop(effect[1], None)
+            elif isinstance(effect, JobRemoved):
+                self.created[effect.job_id] = set()
+                self.marks.pop(effect.job_id, None)
         return reply
 
     # ----------------------------------------------------------------- rules
@@ -149,6 +150,24 @@ class SchedulerMachine(RuleBasedStateMachine):
             cmd["rid"] = rid
         self.apply(cmd)
 
+    @rule(jobs=st.lists(st.sampled_from(JOBS), min_size=1, max_size=3),
+          sched=st.sampled_from(SCHEDULES), bad=st.booleans(), max_jobs=st.sampled_from([2, 99]))
+    def put_jobs_atomic(self, jobs: list[str], sched: dict[str, Any], bad: bool,
+                        max_jobs: int) -> None:
+        """A job file: all of it or nothing (a bad last spec, an id twice, no room)."""
+        specs = [{"id": j, "schedule": sched, "command": ["true"]} for j in jobs]
+        if bad:
+            specs[-1]["overlap"] = "sometimes"
+        before = {j: (r.version, r.spec) for j, r in self.st.jobs.items()}
+        reply = self.apply({"op": "put_jobs", "at": self.now, "atomic": True,
+                            "max_jobs": max_jobs, "specs": specs})
+        if bad or len(set(jobs)) < len(jobs):
+            assert not reply["ok"], reply
+        if not reply["ok"]:
+            assert {j: (r.version, r.spec) for j, r in self.st.jobs.items()} == before
+        else:
+            assert all(r["ok"] for r in reply["results"])
+
     @rule(job=st.sampled_from(JOBS))
     def delete_job(self, job: str) -> None:
         self.apply({"op": "delete_job", "at": self.now, "job": job})
@@ -180,9 +199,12 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(node=st.sampled_from(NODES), delta=st.sampled_from([-1, 0, 0, 1, 1]))
     def leader(self, node: str, delta: int) -> None:
-        term = max(self.st.leader["term"] + delta, 0)
+        lead = dict(self.st.leader)
+        term = max(lead["term"] + delta, 0)
         reply = self.apply({"op": "leader", "at": self.now, "node": node, "term": term})
-        assert reply["ok"] == (term >= self.st.leader["term"])
+        # One leader per term: a record for the current term by another node is refused.
+        assert reply["ok"] == (term > lead["term"] or (
+            term == lead["term"] and lead["node"] in (None, node)))
 
     @rule(data=st.data(), lookahead=st.sampled_from([0, 0, 500, 2000]),
           older=st.integers(0, 9), ms=STEP_MS)
@@ -206,7 +228,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         if cmd is None:
             return
         reply = self.apply(cmd)
-        assert reply["ok"] == (term >= s.leader["term"])
+        # Only the recorded leader, in its own term, plans.
+        assert reply["ok"] == (term == s.leader["term"] and ctx.node_id == s.leader["node"])
         self.plans.append(cmd)
 
     @rule(data=st.data(), ms=st.integers(0, 3_000))
@@ -217,7 +240,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def reapply_old_plan(self, data: st.DataObject) -> None:
         old = data.draw(st.sampled_from(self.plans), label="old plan")
-        self.apply(dict(old))
+        self.apply(old)
 
     def _pick_run(self, data: st.DataObject) -> str | None:
         ids = sorted(set(self.st.runs) | set(self.fences))
@@ -298,12 +321,18 @@ class SchedulerMachine(RuleBasedStateMachine):
                             "items": [[run_id, fence, outcome, 0, "", ""]]})
         assert again["results"][0][0] is False
 
-    @rule(node=st.sampled_from(NODES), scope=st.sampled_from(["assigned", "all"]))
-    def release(self, node: str, scope: str) -> None:
+    @rule(node=st.sampled_from(NODES), scope=st.sampled_from(["assigned", "all"]),
+          stale=st.sampled_from([False, False, False, True]))
+    def release(self, node: str, scope: str, stale: bool) -> None:
         known = node in self.st.nodes
+        lead = self.st.leader
+        # stale: a deposed leader's release, proposed in an older term.
+        term = lead["term"] - 1 if stale else lead["term"]
         reply = self.apply({"op": "release", "at": self.now, "node": node, "scope": scope,
-                            "reason": "test"})
-        assert reply["ok"] == known
+                            "reason": "test", "term": term, "leader": lead["node"]})
+        assert reply["ok"] == (known and not stale and lead["node"] is not None)
+        if not reply["ok"]:
+            return
         if known:
             left = [self.st.runs[r].state for r in self.st.by_node.get(node, ())]
             assert "assigned" not in left
@@ -369,11 +398,17 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert encode_state(decode_state(blob)) == blob
 
     def teardown(self) -> None:
-        # (g) replaying the same log on a fresh state gives the same bytes.
+        # (g) replaying the same log on a fresh state gives the same bytes; so does
+        # replaying it as a journal would (its bytes, decoded): typed commands (the
+        # plans) and maps alike.
         fresh = ClusterState(history_limit=HISTORY_LIMIT)
+        journal = ClusterState(history_limit=HISTORY_LIMIT)
         for cmd in self.log:
             fresh.apply(cmd)
+            journal.apply(decode_command(encode_command(cmd)) if isinstance(cmd, (dict, Plan))
+                          else cmd)
         assert encode_state(fresh) == encode_state(self.st)
+        assert encode_state(journal) == encode_state(self.st)
         blob = encode_state(self.st)
         assert encode_state(decode_state(blob)) == blob
 

@@ -1,0 +1,376 @@
+"""msgpack encodings: replicated commands, API frames and state snapshots.
+
+Every persisted or replicated envelope carries ``"v"``; a reader refuses a version
+newer than it knows instead of guessing. Snapshots are built from rows in a fixed
+order (jobs, runs, nodes sorted by id), so two replicas that applied the same log
+produce byte-identical snapshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import struct
+from collections import deque
+from dataclasses import replace
+from typing import Any
+
+import msgpack
+
+from raftsched.core.commands import COMMAND_VERSION, COMMAND_VERSIONS, Command
+from raftsched.core.errors import FrameTooLarge, ProtocolError
+from raftsched.core.members import MemberRecord
+from raftsched.core.model import (
+    NO_ENV,
+    JobSpec,
+    MisfirePolicy,
+    MisfireSpec,
+    OnNodeLost,
+    Overlap,
+    RetrySpec,
+)
+from raftsched.core.notify import BODY_VERSION as NOTIFY_VERSION
+from raftsched.core.notify import NotifySpec, NotifyState
+from raftsched.core.packing import packb, unpackb
+from raftsched.core.records import JobRecord, NodeRecord, RunRecord
+from raftsched.core.state import ClusterState
+from raftsched.core.trigger import AtSchedule, schedule_from_row, schedule_to_row
+
+#: Version of state snapshots written by this code. Keys added to a snapshot without
+#: changing the meaning of the others keep the version (readers skip keys they do not
+#: know); a change an older reader would misread takes a new version.
+SNAPSHOT_VERSION = 1
+#: Versions of state snapshots this code reads.
+SNAPSHOT_VERSIONS = frozenset({1})
+#: Version of API frames.
+WIRE_VERSION = 1
+FRAME_HEADER = struct.Struct(">I")
+
+
+# ------------------------------------------------------------------ commands
+
+def encode_command(cmd: Command | dict[str, Any]) -> bytes:
+    """A command (or its map, with ``op`` and ``at``) as replicated bytes."""
+    if isinstance(cmd, Command):
+        return cmd.encode()
+    return packb(dict(cmd, v=COMMAND_VERSION))
+
+
+def _command_map(blob: Any) -> dict[str, Any] | None:
+    """The msgpack map in a log entry with an integer ``v``, else None."""
+    if not isinstance(blob, (bytes, bytearray)):
+        return None
+    try:
+        cmd = unpackb(bytes(blob))
+    except ProtocolError:
+        return None
+    return cmd if isinstance(cmd, dict) and type(cmd.get("v")) is int else None
+
+
+def decode_command(blob: Any) -> dict[str, Any] | None:
+    """The command in a log entry, or None if it is not one this code can apply."""
+    cmd = _command_map(blob)
+    return cmd if cmd is not None and cmd["v"] in COMMAND_VERSIONS else None
+
+
+def unknown_command_version(blob: Any) -> int | None:
+    """The format version of a raftsched command this code does not know (a newer
+    release wrote it), else None (a known command, or no command at all)."""
+    cmd = _command_map(blob)
+    return int(cmd["v"]) if cmd is not None and cmd["v"] not in COMMAND_VERSIONS else None
+
+
+def format_problem(what: str, version: Any, known: frozenset[int]) -> str:
+    """The message a node gives when it meets a ``what`` format it cannot read."""
+    lo, hi = min(known), max(known)
+    span = f"v{lo}" if lo == hi else f"v{lo}..v{hi}"
+    if type(version) is int and version > hi:
+        return (f"{what} format v{version} was written by a newer raftsched; this release "
+                f"reads {span}: upgrade raftsched on this node")
+    return f"{what} format {version!r:.20} is not one this release reads ({span})"
+
+
+# ------------------------------------------------------------------ frames
+
+def encode_frame(msg: dict[str, Any]) -> bytes:
+    body = packb(msg)
+    return FRAME_HEADER.pack(len(body)) + body
+
+
+def frame_length(header: bytes, limit: int) -> int:
+    """The body length announced by a 4-byte header; refuses it before any read."""
+    (size,) = FRAME_HEADER.unpack(header)
+    if size > limit:
+        raise FrameTooLarge(size, limit)
+    return size
+
+
+# ------------------------------------------------------------------ specs as rows
+# Rows instead of spec dicts in snapshots: restoring a million jobs must not re-run
+# cron validation, and equal sub-records (schedules, policies) are shared in memory.
+
+def spec_to_row(spec: JobSpec) -> list[Any]:
+    return [spec.id, schedule_to_row(spec.schedule),
+            list(spec.command) if spec.command is not None else None, spec.call,
+            spec.timeout_ms, spec.overlap.value,
+            [spec.misfire.policy.value, spec.misfire.grace_ms, spec.misfire.max_catchup],
+            [spec.retries.max, spec.retries.backoff_ms, spec.retries.backoff_max_ms],
+            spec.on_node_lost.value, list(spec.tags), spec.jitter_ms, spec.paused,
+            dict(spec.env)]
+
+
+class _Interner:
+    """Builds each distinct sub-record once per restore, keyed by its raw row, and
+    shares equal strings and integers: msgpack makes a fresh object for every value
+    it decodes, so a restored million-job state would otherwise hold a million copies
+    of the same call string (64 bytes each) and of each timestamp (32 bytes)."""
+
+    #: Bound on the value cache (cleared when reached): most distinct values are
+    #: met again within a few rows (jobs sorted by id were mostly put together).
+    LIMIT = 100_000
+
+    def __init__(self) -> None:
+        self.cache: dict[Any, Any] = {}
+        self.values: dict[Any, Any] = {}
+
+    def get(self, key: Any, build: Any) -> Any:
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = build()
+        return found
+
+    def share(self, value: Any) -> Any:
+        """An equal object met before, else ``value``. Exact ints and strings only (no
+        int equals a string): a bool or a float must not come back as an equal int."""
+        if type(value) is not int and type(value) is not str:
+            return value
+        values = self.values
+        if len(values) >= self.LIMIT:
+            values.clear()
+        return values.setdefault(value, value)
+
+
+_OVERLAP = {m.value: m for m in Overlap}
+_LOST = {m.value: m for m in OnNodeLost}
+
+
+def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
+    it = intern or _Interner()
+    (job_id, sch, command, call, timeout, overlap, mis, ret, lost, tags, jitter, paused,
+     env) = row
+    schedule = it.get(("s", *sch), lambda: schedule_from_row(sch))
+    misfire = it.get(("m", *mis), lambda: MisfireSpec(
+        policy=MisfirePolicy(mis[0]), grace_ms=mis[1], max_catchup=mis[2]))
+    retries = it.get(("r", *ret), lambda: RetrySpec(max=ret[0], backoff_ms=ret[1],
+                                                    backoff_max_ms=ret[2]))
+    return JobSpec(
+        id=job_id, schedule=schedule,
+        command=it.get(("c", *command), lambda: tuple(command)) if command is not None
+        else None, call=it.share(call), timeout_ms=it.share(timeout),
+        overlap=_OVERLAP[overlap], misfire=misfire, retries=retries, on_node_lost=_LOST[lost],
+        tags=it.get(("t", *tags), lambda: tuple(tags)) if tags else (),
+        jitter_ms=it.share(jitter), paused=paused,
+        # Equal envs are shared like the state shares them (never mutated).
+        env=it.get(("e", *env.items()), lambda: env) if env else NO_ENV)
+
+
+# ------------------------------------------------------------------ snapshots
+
+@contextlib.contextmanager
+def _gc_paused() -> Any:
+    """Building or walking millions of small objects triggers full collections that
+    find nothing (the state is acyclic) and cost more than the work itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def encode_state(st: ClusterState) -> bytes:
+    """The whole state as versioned msgpack (deterministic for a given state)."""
+    with _gc_paused():
+        return _encode_state(st)
+
+
+def _encode_state(st: ClusterState) -> bytes:
+    jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
+             list(r.active), list(r.last) if r.last else None]
+            for _, r in sorted(st.jobs.items())]
+    runs = [r.to_row() for _, r in sorted(st.runs.items())]
+    history = [[job_id, [r.to_row() for r in hist]]
+               for job_id, hist in sorted(st.history.items()) if hist]
+    nodes = [n.to_row() for _, n in sorted(st.nodes.items())]
+    return packb({
+        "v": SNAPSHOT_VERSION,
+        "fence": st.fence,
+        "applied": st.applied,
+        "history_limit": st.history_limit,
+        "leader": dict(sorted(st.leader.items())),
+        "totals": dict(sorted(st.totals.items())),
+        "jobs": jobs,
+        "runs": runs,
+        "history": history,
+        "nodes": nodes,
+        "dedupe": [[k, v] for k, v in st.dedupe.items()],
+        **_notify_snapshot(st),
+        # Added after version 1 was released: readers of version 1 skip it.
+        "members": [m.to_row() for _, m in sorted(st.members.items())],
+    })
+
+
+def _notify_snapshot(st: ClusterState) -> dict[str, Any]:
+    """The ``notify`` key (only when there is something to keep: older snapshots stay
+    as they were): the cluster default, pending deliveries, delivery status per run,
+    and the jobs' notify specs (beside the spec rows, whose shape older readers know)."""
+    data = st.notify.to_snapshot()
+    specs = [[job_id, r.spec.notify.to_spec()] for job_id, r in sorted(st.jobs.items())
+             if r.spec.notify is not None]
+    if data is None and not specs:
+        return {}
+    return {"notify": dict(data or {"v": NOTIFY_VERSION}, jobs=specs)}
+
+
+def _notify_restore(st: ClusterState, data: Any) -> None:
+    if not isinstance(data, dict):
+        return
+    st.notify = NotifyState.from_snapshot(data)
+    for job_id, spec in data.get("jobs", ()):
+        rec = st.jobs.get(job_id)
+        if rec is not None:
+            rec.spec = replace(rec.spec, notify=NotifySpec.from_spec(spec))
+
+
+def decode_state(blob: bytes) -> ClusterState:
+    """Rebuild a state from :func:`encode_state` bytes; refuses unknown versions."""
+    with _gc_paused():
+        try:
+            return _decode_state(blob)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - truncated, reshaped: not our snapshot
+            raise ProtocolError(f"undecodable snapshot: {type(exc).__name__}: "
+                                f"{exc}"[:300]) from None
+
+
+def _decode_state(blob: bytes) -> ClusterState:
+    # Streamed, one row at a time: unpacking the whole blob first made every row's
+    # lists and strings (~1 KB per job) at once, and the records built next were
+    # scattered among them, so the freed rows left the allocator's arenas pinned —
+    # a restored node held ~1.2 KB per job more than the one that applied the log.
+    up = msgpack.Unpacker(_BlobReader(blob), raw=False, strict_map_key=True, use_list=True)
+    keys = up.read_map_header()
+    first = up.unpack() if keys else None
+    version = up.unpack() if first == "v" else None
+    if type(version) is not int or version not in SNAPSHOT_VERSIONS:
+        raise ProtocolError(format_problem("snapshot", version if first == "v" else None,
+                                           SNAPSHOT_VERSIONS))
+    st = ClusterState()
+    intern = _Interner()
+    rest: dict[str, Any] = {}
+    for _ in range(keys - 1):
+        key = up.unpack()
+        if key == "jobs":
+            _decode_jobs(up, st, intern)
+        elif key == "runs":
+            for _ in range(up.read_array_header()):
+                run = _run_from_row(up.unpack(), st, intern)
+                st.runs[run.run_id] = run
+        elif key == "history":
+            for _ in range(up.read_array_header()):
+                if up.read_array_header() != 2:
+                    raise ProtocolError("malformed snapshot history")
+                job_id = _shared_id(st, up.unpack())
+                hist = st.history.setdefault(job_id, deque(maxlen=st.history_limit))
+                for _ in range(up.read_array_header()):
+                    hist.append(_run_from_row(up.unpack(), st, intern))
+        elif key == "dedupe":
+            for _ in range(up.read_array_header()):
+                rid, reply = up.unpack()
+                st.dedupe[rid] = _shared_reply(st, reply)
+        elif key == "history_limit":
+            # Written before "history", whose deques take it as their bound.
+            st.history_limit = up.unpack()
+        else:
+            rest[key] = up.unpack()
+    try:
+        up.skip()
+    except msgpack.OutOfData:
+        pass
+    else:
+        raise ProtocolError("trailing data after the snapshot")
+    st.fence = rest["fence"]
+    st.applied = rest["applied"]
+    st.leader = rest["leader"]
+    st.totals = rest["totals"]
+    for row in rest["nodes"]:
+        node = NodeRecord.from_row(row)
+        st.nodes[node.node_id] = node
+    _notify_restore(st, rest.get("notify"))
+    for row in rest.get("members", ()):  # absent from snapshots written before it
+        member = MemberRecord.from_row(row)
+        st.members[member.node_id] = member
+    st.rebuild_indexes()
+    return st
+
+
+class _BlobReader:
+    """The blob as the file-like object an Unpacker pulls from, a small slice at a
+    time: ``Unpacker.feed`` would copy all of it (as much memory again as the
+    snapshot). The unpacker wants bytes, not a memoryview."""
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+        self.pos = 0
+
+    def read(self, size: int) -> bytes:
+        chunk = self.blob[self.pos:self.pos + size]
+        self.pos += len(chunk)
+        return chunk
+
+
+def _decode_jobs(up: msgpack.Unpacker, st: ClusterState, intern: _Interner) -> None:
+    share = intern.share
+    for _ in range(up.read_array_header()):
+        spec_row, version, created, updated, hwm, nxt, active, last = up.unpack()
+        spec = spec_from_row(spec_row, intern)
+        # An "at" job's next fire is its schedule's instant: one int for all such jobs.
+        # The other times repeat from row to row (jobs put by one command share its
+        # "at"), hence share().
+        if nxt is not None and isinstance(spec.schedule, AtSchedule) \
+                and nxt == spec.schedule.at_ms:
+            nxt = spec.schedule.at_ms
+        st.jobs[spec.id] = JobRecord(spec, version=version, created_ms=share(created),
+                                     updated_ms=share(updated), hwm_ms=share(hwm),
+                                     next_ms=share(nxt), active=active,
+                                     last=tuple(map(share, last)) if last else None)
+
+
+def _run_from_row(row: list[Any], st: ClusterState, intern: _Interner) -> RunRecord:
+    """A run with its repeated strings (job id, state, node, reason) shared."""
+    run = RunRecord.from_row(row)
+    share = intern.share
+    run.job_id, run.state, run.node = _shared_id(st, run.job_id), share(run.state), \
+        share(run.node)
+    run.reason = share(run.reason)
+    for t in run.transitions:
+        t[1], t[2], t[4] = share(t[1]), share(t[2]), share(t[4])
+    return run
+
+
+def _shared_id(st: ClusterState, job_id: Any) -> Any:
+    """The job's own id string when the job exists (a fresh copy costs ~60 bytes)."""
+    rec = st.jobs.get(job_id) if isinstance(job_id, str) else None
+    return rec.spec.id if rec is not None else job_id
+
+
+def _shared_reply(st: ClusterState, reply: Any) -> Any:
+    if isinstance(reply, dict):
+        if "job" in reply:
+            reply["job"] = _shared_id(st, reply["job"])
+        for item in reply.get("results", ()):
+            if isinstance(item, dict) and "job" in item:
+                item["job"] = _shared_id(st, item["job"])
+    return reply

@@ -1,0 +1,91 @@
+"""The lease: how long a node acts on its last acknowledged heartbeat, and from when
+the leader may therefore hand a disconnected node's started runs on.
+
+Pure arithmetic on the configured node timeout (every node has the same), used by the
+node (spawn gate, self-fence, guard deadline) and by the leader (release) so the two
+sides of the argument cannot drift apart. The argument, in README "Failures, claims and
+fencing": all times below count from the *send* time of the node's newest heartbeat the
+cluster acknowledged, on the node's monotonic clock (its guard shares the host's).
+
+- ``lease_ms``: the node spawns a run only within this of it (``WorkerPool._may_spawn``)
+  and at this age stops its runs itself (SIGTERM; SIGKILL ``kill_grace_ms`` later).
+- ``guard_after_ms``: the guard SIGKILLs every job process group still there (the
+  node frozen, its loop stalled); it polls every ``GUARD_POLL_MS``.
+- ``lease_end_ms``: by then no process of the node runs and none will be spawned
+  before the node has applied whatever the cluster committed meanwhile.
+- ``release_after_ms``: the leader's wait, on its own monotonic clock, from the moment
+  it applied that heartbeat (after its send): ``lease_end_ms`` scaled by the allowed
+  clock-rate difference between two hosts, plus a margin.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+#: Two hosts' monotonic clocks may run this much apart in rate (NTP keeps them within
+#: 500 ppm; 1 % leaves room for a VM's clock).
+DRIFT = 0.01
+#: The node's loop may see its own lease end this late (its heartbeat loop ticks every
+#: 100 ms once a heartbeat is overdue).
+FENCE_TICK_MS = 100
+#: The guard looks at its deadline this often.
+GUARD_POLL_MS = 50
+#: Slack for the guard's or the node's loop running late on a loaded host (the kill
+#: comes then), for the SIGKILL to take effect, and for the leader's 50 ms ticks.
+MARGIN_MS = 250
+
+
+def lease_ms(node_timeout_ms: int) -> int:
+    """How long a heartbeat's acknowledgement lets a node spawn runs: half the node
+    timeout, so a heartbeat or two lost, or an election, do not stop it."""
+    return node_timeout_ms // 2
+
+
+def kill_grace_ms(node_timeout_ms: int) -> int:
+    """A self-fenced run's SIGTERM-to-SIGKILL grace."""
+    return lease_ms(node_timeout_ms) // 4
+
+
+def guard_after_ms(node_timeout_ms: int) -> int:
+    """The guard's deadline: just after the node's own SIGKILL would have come."""
+    return lease_ms(node_timeout_ms) + kill_grace_ms(node_timeout_ms) + FENCE_TICK_MS
+
+
+def lease_end_ms(node_timeout_ms: int) -> int:
+    """Nothing of the node runs any more, and nothing will start unseen."""
+    return guard_after_ms(node_timeout_ms) + GUARD_POLL_MS
+
+
+def release_after_ms(node_timeout_ms: int) -> int:
+    """How long the leader waits after applying a disconnected node's newest heartbeat
+    before it releases the node's started runs (at most the node timeout)."""
+    wait = math.ceil(lease_end_ms(node_timeout_ms) * (1 + DRIFT)) + MARGIN_MS
+    return min(wait, node_timeout_ms)
+
+
+def release_verdict(*, silent_s: float, connected: bool, disconnected_s: float,
+                    disconnect_grace_s: float, timeout_s: float, lease_wait_s: float,
+                    lost: bool, assigned_released: bool, holds_assigned: Callable[[], bool],
+                    lease_known: Callable[[], bool]) -> str | None:
+    """What the leader releases of one node now, from how long ago it applied the node's
+    newest heartbeat (``silent_s``) and how long its Raft connection has been down
+    (the leader loop's liveness check; seconds on the leader's monotonic clock):
+
+    - ``"silent"``: silent for the node timeout: lost, every claim released;
+    - ``"lease"``: disconnected and its lease provably over (``lease_wait_s``, see
+      above): lost, every claim released — its started runs, pre-started ones
+      included, cannot be running or start any more;
+    - ``"assigned"``: disconnected for ``disconnect_grace_s``: its not-yet-started runs
+      (a start needs the fence);
+    - None: nothing (already released, or nothing to release yet)."""
+    if lost:
+        return None
+    if silent_s > timeout_s:
+        return "silent"
+    if not connected and silent_s > lease_wait_s and lease_known():
+        return "lease"
+    if (not connected and not assigned_released and disconnected_s >= disconnect_grace_s
+            and holds_assigned()):
+        return "assigned"
+    return None

@@ -1,0 +1,141 @@
+"""Cluster membership as the replicated state knows it (issue 16 item 1).
+
+The cluster TOML only seeds it: the first leader of a new cluster commits the TOML's
+members (``member`` op, action ``seed``, applied only while there are none). After
+that, ``add`` and ``remove`` commands change it, one node at a time, beside
+pysyncobj's own membership entries (which decide the Raft quorum; see
+``raftsched/node/membership.py`` for the order of the two). A removed id stays
+recorded as removed, so a node that comes back under it is told so and is never
+given work; ids are not reused.
+
+Pure like the rest of core: no clock, no I/O; every time comes in the command.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import claims
+from raftsched.core.effects import MemberRemoved, MembersChanged
+from raftsched.core.errors import Conflict, InvalidArgument
+
+if TYPE_CHECKING:
+    from raftsched.core.commands import Member
+    from raftsched.core.state import ClusterState
+
+ACTIVE = "active"
+REMOVED = "removed"
+_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_ADDR_RE = re.compile(r"\S{3,300}")
+
+
+class MemberRecord:
+    """One member of the cluster.
+
+    :var node_id: the node's id.
+    :var raft: its Raft ``host:port`` (pysyncobj's name for it).
+    :var api: its API ``host:port``.
+    :var status: ``active`` or ``removed``.
+    :var since_ms: when it got that status (the proposer's clock).
+    """
+
+    __slots__ = ("node_id", "raft", "api", "status", "since_ms")
+
+    def __init__(self, *, node_id: str, raft: str, api: str, status: str, since_ms: int) -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.api = api
+        self.status = status
+        self.since_ms = since_ms
+
+    def to_row(self) -> list[Any]:
+        return [self.node_id, self.raft, self.api, self.status, self.since_ms]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> MemberRecord:
+        node_id, raft, api, status, since, *_ = row
+        return cls(node_id=node_id, raft=raft, api=api, status=status, since_ms=since)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(zip(self.__slots__, self.to_row(), strict=True))
+
+
+def _member_fields(item: Any, where: str) -> tuple[str, str, str]:
+    if not isinstance(item, dict):
+        raise InvalidArgument(where, "must be a map with node, raft and api")
+    node_id, raft, api = item.get("node"), item.get("raft"), item.get("api")
+    if not isinstance(node_id, str) or not _ID_RE.fullmatch(node_id):
+        raise InvalidArgument(f"{where}.node", "must be 1-64 of [A-Za-z0-9_.-]")
+    for key, value in (("raft", raft), ("api", api)):
+        if not isinstance(value, str) or not _ADDR_RE.fullmatch(value):
+            raise InvalidArgument(f"{where}.{key}", 'must be a "host:port" string')
+    return node_id, raft, api  # type: ignore[return-value]
+
+
+def active(st: ClusterState) -> list[MemberRecord]:
+    return [m for _, m in sorted(st.members.items()) if m.status == ACTIVE]
+
+
+def is_removed(st: ClusterState, node_id: str) -> bool:
+    rec = st.members.get(node_id)
+    return rec is not None and rec.status == REMOVED
+
+
+def apply_member(st: ClusterState, cmd: Member) -> dict[str, Any]:
+    action, at = cmd.action, cmd.at
+    if action == "seed":
+        items = list(cmd.members)
+        if not items:
+            raise InvalidArgument("members", "must be a non-empty list")
+        seeds = [_member_fields(m, f"members[{i}]") for i, m in enumerate(items)]
+        if st.members:
+            return {"ok": True, "seeded": False, "members": len(st.members)}
+        for node_id, raft, api in seeds:
+            st.members[node_id] = MemberRecord(node_id=node_id, raft=raft, api=api,
+                                               status=ACTIVE, since_ms=at)
+        st.effects.append(MembersChanged())
+        return {"ok": True, "seeded": True, "members": len(st.members)}
+    if action not in ("add", "remove"):
+        raise InvalidArgument("action", "must be seed, add or remove")
+    node_id, raft, api = _member_fields({"node": cmd.node, "raft": cmd.raft, "api": cmd.api},
+                                        "member")
+    if not st.members:
+        raise Conflict("membership", "not seeded yet (a new cluster's first leader seeds "
+                                     "it from the config file); try again")
+    rec = st.members.get(node_id)
+    if action == "add":
+        return _add(st, rec, node_id, raft, api, at)
+    if rec is None or rec.status != ACTIVE:
+        what = "was already removed" if rec is not None else "is not a member"
+        raise Conflict(node_id, f"{what}; members: {', '.join(m.node_id for m in active(st))}")
+    if len(active(st)) == 1:
+        raise Conflict(node_id, "is the last member; a cluster keeps at least one")
+    rec.status, rec.since_ms = REMOVED, at
+    node = st.nodes.get(node_id)
+    if node is not None:
+        node.alive, node.draining = False, True
+    claims.release_node(st, node_id, at, "all", "removed from the cluster")
+    st.effects.append(MembersChanged())
+    st.effects.append(MemberRemoved(node_id))
+    return {"ok": True, "node": node_id, "status": REMOVED, "raft": rec.raft, "api": rec.api}
+
+
+def _add(st: ClusterState, rec: MemberRecord | None, node_id: str, raft: str, api: str,
+         at: int) -> dict[str, Any]:
+    if rec is not None:
+        if rec.status == REMOVED:
+            raise Conflict(node_id, "was removed from this cluster; ids are not reused "
+                                    "(give the new node another id)")
+        if (rec.raft, rec.api) != (raft, api):
+            raise Conflict(node_id, f"is already a member at raft {rec.raft}, api {rec.api}")
+        return {"ok": True, "node": node_id, "status": ACTIVE, "raft": raft, "api": api}
+    for other in st.members.values():
+        if other.status == ACTIVE and raft == other.raft:
+            raise Conflict(node_id, f"raft address {raft} is member {other.node_id}'s")
+        if other.status == ACTIVE and api == other.api:
+            raise Conflict(node_id, f"api address {api} is member {other.node_id}'s")
+    st.members[node_id] = MemberRecord(node_id=node_id, raft=raft, api=api, status=ACTIVE,
+                                       since_ms=at)
+    st.effects.append(MembersChanged())
+    return {"ok": True, "node": node_id, "status": ACTIVE, "raft": raft, "api": api}

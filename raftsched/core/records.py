@@ -1,0 +1,238 @@
+"""The records held by the replicated state, and their msgpack-friendly forms.
+
+These are mutable ``__slots__`` classes on purpose: they live only inside
+:class:`raftsched.core.state.ClusterState`, are changed by ``apply`` thousands of times a
+second, and are never handed out — readers get ``to_dict()`` copies. Everything
+public (specs, events, statistics) is a frozen dataclass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftsched.core.model import JobSpec, RunState
+
+#: A run keeps its last few transitions; enough to tell its story, bounded.
+MAX_TRANSITIONS = 16
+#: The names of a transition's parts in ``RunRecord.to_dict()`` (the API shape); the
+#: state and snapshots keep them as positional rows.
+TRANSITION_KEYS = ("at_ms", "state", "node", "fence", "note")
+#: The names of ``JobRecord.last``'s parts in ``JobRecord.to_dict()``.
+LAST_KEYS = ("run_id", "state", "reason", "at_ms")
+
+
+class JobRecord:
+    """One job in the state.
+
+    :var spec: the validated spec (``spec.paused`` is the paused flag).
+    :var version: incremented by every accepted put/pause/resume.
+    :var created_ms: when the job was first put.
+    :var updated_ms: when it was last changed.
+    :var hwm_ms: the high-water mark: every fire time ``<= hwm_ms`` is accounted for
+        (assigned, or recorded missed/skipped/shed); an assign at or below it is refused.
+    :var next_ms: the next fire time after ``hwm_ms`` (a hint kept by put and plan).
+    :var active: ids of the job's active runs (pending, queued, assigned, started),
+        oldest first: the shared empty tuple while there are none, a list otherwise.
+        Change it only through :meth:`add_active` and :meth:`drop_active`.
+    :var last: ``(run_id, state, reason, at_ms)`` of the latest terminal outcome, or None.
+    """
+
+    __slots__ = ("spec", "version", "created_ms", "updated_ms", "hwm_ms", "next_ms",
+                 "active", "last")
+
+    def __init__(self, spec: JobSpec, *, version: int, created_ms: int, updated_ms: int,
+                 hwm_ms: int, next_ms: int | None, active: list[str] | None = None,
+                 last: tuple[str, str, str, int] | None = None) -> None:
+        self.spec = spec
+        self.version = version
+        self.created_ms = created_ms
+        self.updated_ms = updated_ms
+        self.hwm_ms = hwm_ms
+        self.next_ms = next_ms
+        # Most jobs of a large table have no active run: an empty list per job would
+        # cost 56 bytes each (56 MB for a million far-future jobs).
+        self.active: list[str] | tuple[()] = list(active) if active else ()
+        self.last = last
+
+    def add_active(self, run_id: str) -> None:
+        if self.active:
+            self.active.append(run_id)
+        else:
+            self.active = [run_id]
+
+    def drop_active(self, run_id: str) -> None:
+        """Forget ``run_id`` if it is active (back to the shared ``()`` when none is)."""
+        if run_id in self.active:
+            self.active.remove(run_id)  # type: ignore[union-attr]
+            if not self.active:
+                self.active = ()
+
+    def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
+        return {
+            "id": self.spec.id,
+            "spec": self.spec.redacted() if redact else self.spec.to_spec(),
+            "version": self.version,
+            "created_ms": self.created_ms,
+            "updated_ms": self.updated_ms,
+            "hwm_ms": self.hwm_ms,
+            "next_ms": self.next_ms,
+            "paused": self.spec.paused,
+            # A one-shot whose fire time has its outcome: nothing more will ever run.
+            "done": self.next_ms is None and not self.active,
+            "active": list(self.active),
+            "last": dict(zip(LAST_KEYS, self.last, strict=True)) if self.last else None,
+        }
+
+
+class RunRecord:
+    """One run (one fire time of one job), or a coalesced range of missed fire times.
+
+    :var run_id: ``<job_id>@<scheduled_ms>``.
+    :var job_id: the job.
+    :var scheduled_ms: the fire time (for a range: the first missed fire time).
+    :var attempt: 1 for the first execution, +1 per retry or node-lost retry.
+    :var fence: the fencing token of the current assignment (0 before any).
+    :var state: a :class:`RunState` value.
+    :var node: the node it is assigned to (None when pending).
+    :var reason: why it ended as it did (``exit 3``, ``no_leader``, ``overload`` ...).
+    :var created_ms: when the run record was created.
+    :var assigned_ms: when it was last assigned.
+    :var started_ms: when its node committed its start.
+    :var finished_ms: when it reached a terminal state.
+    :var exit_code: the process exit code, if any.
+    :var tail: the bounded tail of its stdout/stderr.
+    :var not_before_ms: a retry waits until this instant.
+    :var manual: started by ``trigger`` rather than the schedule.
+    :var until_ms: for a range of missed fire times, the last one (else None).
+    :var count: how many fire times this record stands for (1, or the range size).
+    :var transitions: the last ``MAX_TRANSITIONS`` ``[at_ms, state, node, fence, note]``.
+    """
+
+    __slots__ = ("run_id", "job_id", "scheduled_ms", "attempt", "fence", "state", "node",
+                 "reason", "created_ms", "assigned_ms", "started_ms", "finished_ms",
+                 "exit_code", "tail", "not_before_ms", "manual", "until_ms", "count",
+                 "transitions")
+
+    _FIELDS = __slots__
+
+    def __init__(self, *, run_id: str, job_id: str, scheduled_ms: int, created_ms: int,
+                 state: str = RunState.pending.value, attempt: int = 1, fence: int = 0,
+                 node: str | None = None, reason: str = "", assigned_ms: int | None = None,
+                 started_ms: int | None = None, finished_ms: int | None = None,
+                 exit_code: int | None = None, tail: str = "", not_before_ms: int = 0,
+                 manual: bool = False, until_ms: int | None = None, count: int = 1,
+                 transitions: list[list[Any]] | None = None) -> None:
+        self.run_id = run_id
+        self.job_id = job_id
+        self.scheduled_ms = scheduled_ms
+        self.attempt = attempt
+        self.fence = fence
+        self.state = state
+        self.node = node
+        self.reason = reason
+        self.created_ms = created_ms
+        self.assigned_ms = assigned_ms
+        self.started_ms = started_ms
+        self.finished_ms = finished_ms
+        self.exit_code = exit_code
+        self.tail = tail
+        self.not_before_ms = not_before_ms
+        self.manual = manual
+        self.until_ms = until_ms
+        self.count = count
+        self.transitions = transitions if transitions is not None else []
+
+    def note(self, at_ms: int, note: str = "") -> None:
+        """Record the current state as a transition (bounded)."""
+        self.transitions.append([at_ms, self.state, self.node, self.fence, note])
+        if len(self.transitions) > MAX_TRANSITIONS:
+            del self.transitions[0]
+
+    def copy(self) -> RunRecord:
+        out = RunRecord.__new__(RunRecord)
+        for name in self._FIELDS:
+            setattr(out, name, getattr(self, name))
+        out.transitions = [list(t) for t in self.transitions]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {name: getattr(self, name) for name in self._FIELDS}
+        d["transitions"] = [dict(zip(TRANSITION_KEYS, t, strict=True)) for t in self.transitions]
+        return d
+
+    def to_row(self) -> list[Any]:
+        return [getattr(self, name) for name in self._FIELDS[:-1]] + [
+            [list(t) for t in self.transitions]]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> RunRecord:
+        out = cls.__new__(cls)
+        for name, value in zip(cls._FIELDS, row, strict=True):
+            setattr(out, name, value)
+        return out
+
+
+class NodeRecord:
+    """A node as the cluster knows it from its heartbeats.
+
+    :var node_id: the node's id.
+    :var boot_ms: when the node process started (changes on restart).
+    :var last_hb_ms: the node's own clock in its last heartbeat.
+    :var slots: worker slots.
+    :var queue: how many runs may wait on it beyond its slots.
+    :var tags: the node's tags.
+    :var api: its API address.
+    :var alive: false once the leader released it, true again on its next heartbeat.
+    :var lost_ms: when it was last declared lost.
+    :var skew_ms: its clock minus the leader's, as the leader last observed it.
+    :var pid: the node's process id on its host, as it reported it (None from nodes, or
+        snapshots, older than the field).
+    :var draining: an operator drained it: no new runs are placed on it (its running
+        ones finish) and it does not stay leader.
+    :var features: the newer commands its release knows (``apply``, ``notify``), as its
+        last heartbeat said; None from nodes (or snapshots) older than the field.
+    """
+
+    __slots__ = ("node_id", "boot_ms", "last_hb_ms", "slots", "queue", "tags", "api",
+                 "alive", "lost_ms", "skew_ms", "pid", "draining", "features")
+
+    def __init__(self, *, node_id: str, boot_ms: int, last_hb_ms: int, slots: int, queue: int,
+                 tags: tuple[str, ...], api: str, alive: bool = True,
+                 lost_ms: int | None = None, skew_ms: int | None = None,
+                 pid: int | None = None, draining: bool = False,
+                 features: tuple[str, ...] | None = None) -> None:
+        self.node_id = node_id
+        self.boot_ms = boot_ms
+        self.last_hb_ms = last_hb_ms
+        self.slots = slots
+        self.queue = queue
+        self.tags = tags
+        self.api = api
+        self.alive = alive
+        self.lost_ms = lost_ms
+        self.skew_ms = skew_ms
+        self.pid = pid
+        self.draining = draining
+        self.features = features
+
+    def to_row(self) -> list[Any]:
+        return [self.node_id, self.boot_ms, self.last_hb_ms, self.slots, self.queue,
+                list(self.tags), self.api, self.alive, self.lost_ms, self.skew_ms, self.pid,
+                self.draining] + ([list(self.features)] if self.features is not None else [])
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> NodeRecord:
+        # Rows of snapshots written before ``pid`` (10 fields), ``draining`` (11) or
+        # ``features`` (12; a row without features still has 12).
+        (node_id, boot, hb, slots, queue, tags, api, alive, lost, skew, *rest) = row
+        return cls(node_id=node_id, boot_ms=boot, last_hb_ms=hb, slots=slots, queue=queue,
+                   tags=tuple(tags), api=api, alive=alive, lost_ms=lost, skew_ms=skew,
+                   pid=rest[0] if rest else None,
+                   draining=bool(rest[1]) if len(rest) > 1 else False,
+                   features=tuple(rest[2]) if len(rest) > 2 and rest[2] is not None
+                   else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dict(zip(self.__slots__[:12], self.to_row()[:12], strict=True))
+        d["features"] = list(self.features) if self.features is not None else None
+        return d

@@ -1,0 +1,129 @@
+"""CLI commands that look before they leap: ``job next``, ``job put --dry-run`` and
+``http-token`` (registered into the parser by :mod:`raftsched.faces.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from raftsched.core.errors import ConfigError, InvalidSpec
+
+DEFAULT_COUNT = 5
+
+
+def format_next(result: dict[str, Any]) -> str:
+    """One job's preview: the words, then a table of fire times (zone, UTC, DST days)."""
+    head = f"{result.get('id') or '-'}: {result.get('description')}"
+    if result.get("paused"):
+        head += "  [paused: nothing fires until it is resumed]"
+    tz = str(result.get("tz") or "UTC")
+    fires = result.get("fires") or []
+    if not fires:
+        return head + "\n(no further fire times)"
+    rows = [[str(i), f"{f['local']} {f.get('weekday', '')}".rstrip(), f["utc"],
+             f"DST day ({f['dst_change']})" if f.get("dst_change") else "-"]
+            for i, f in enumerate(fires, 1)]
+    from raftsched.faces.cliformat import format_table
+
+    return head + "\n" + format_table(["#", tz, "UTC", "NOTE"], rows)
+
+
+def format_dry_run(result: dict[str, Any]) -> str:
+    lines = []
+    for r in result.get("results") or []:
+        change = r.get("change")
+        if change == "updated":
+            lines.append(f"{r['id']}: would be updated ({', '.join(r.get('fields') or [])})")
+            for key, d in sorted((r.get("diff") or {}).items()):
+                lines.append(f"    {key}: {json.dumps(d.get('from'))} -> "
+                             f"{json.dumps(d.get('to'))}")
+        else:
+            lines.append(f"{r['id']}: would be {change}" if change != "unchanged"
+                         else f"{r['id']}: unchanged")
+    lines.append("(dry run: nothing was changed)")
+    return "\n".join(lines)
+
+
+def _cmd_job_next(args: argparse.Namespace) -> int:
+    from raftsched.faces.cli import _client, _emit, load_job_file
+
+    if os.path.exists(args.target) or args.target == "-" or \
+            args.target.endswith((".toml", ".json")):
+        # A file: computed here, no cluster needed (check a schedule before shipping it).
+        from raftsched.core.trigger import schedule_from_spec
+        from raftsched.node.clock import now_ms
+        from raftsched.node.preview import MAX_COUNT, next_fires
+
+        if args.count > MAX_COUNT:
+            raise InvalidSpec("--count", f"must be 1..{MAX_COUNT}")
+        results = []
+        for spec in load_job_file(args.target):
+            schedule = schedule_from_spec(spec.get("schedule"))
+            results.append(dict(next_fires(schedule, now_ms(), args.count),
+                                id=spec.get("id"), paused=bool(spec.get("paused"))))
+    else:
+        with _client(args) as client:
+            results = [client.next_fires(args.target, count=args.count)]
+    if args.json:
+        _emit(args, results if len(results) > 1 else results[0], str)
+    else:
+        print("\n\n".join(format_next(r) for r in results))
+    return 0
+
+
+def dry_run(args: argparse.Namespace, specs: list[dict[str, Any]]) -> int:
+    """``job put --dry-run``: the node validates and diffs; nothing is committed."""
+    from raftsched.faces.cli import _client, _emit, _file_field
+
+    with _client(args) as client:
+        try:
+            result = client.preview_put(specs)
+        except InvalidSpec as exc:
+            field, _, problem = exc.message.partition(": ")
+            raise InvalidSpec(_file_field(field, specs), problem) from None
+    _emit(args, result, format_dry_run)
+    return 0
+
+
+def _cmd_http_token(args: argparse.Namespace) -> int:
+    """Print an HTTP bearer token (or the dashboard's address with it) of the cluster
+    at --addr, derived from the secret this CLI proves to it (as every command finds it)."""
+    from raftsched.faces.cli import _client
+
+    with _client(args) as client:
+        tok = client.http_token(read_only=args.read_only)
+        status = client.status(stale=True) if args.url else {}
+    if args.url:
+        http = (status.get("http") or {}).get(status.get("node"))
+        if http is None:
+            raise ConfigError("http", f"node {status.get('node')} serves no HTTP: set "
+                                      "`http = \"host:port\"` in its [[nodes]] entry")
+        # The token rides in the fragment: a browser never sends it to a server or a log.
+        sys.stdout.write(f"http://{http}/#token={tok}\n")
+    else:
+        sys.stdout.write(tok + "\n")
+    return 0
+
+
+def add_commands(sub: Any, jsub: Any, common: argparse.ArgumentParser) -> None:
+    p = jsub.add_parser("next", parents=[common],
+                        help="the next fire times of job ID or of the jobs in FILE")
+    p.add_argument("target", metavar="ID|FILE")
+    from raftsched.faces.cli import _positive_int
+
+    p.add_argument("--count", type=_positive_int, default=DEFAULT_COUNT, metavar="N",
+                   help=f"how many fire times (default {DEFAULT_COUNT})")
+    p.set_defaults(run=_cmd_job_next)
+    p = sub.add_parser("http-token", parents=[common],
+                       help="print a bearer token for the HTTP API and dashboard")
+    p.add_argument("--read-only", action="store_true",
+                   help="a token that may only read (GET), not change anything")
+    p.add_argument("--url", action="store_true",
+                   help="print the node's dashboard address with the token in it")
+    p.set_defaults(run=_cmd_http_token)
+
+
+__all__ = ["add_commands", "dry_run", "format_dry_run", "format_next"]

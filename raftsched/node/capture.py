@@ -1,0 +1,122 @@
+"""What a Python callable printed or logged while it ran: the tail kept in its run record.
+
+A callable shares the process's ``sys.stdout``, ``sys.stderr`` and loggers with the
+app around it (the embedded Scheduler runs inside a web app). :func:`install` puts a
+thin proxy in front of ``sys.stdout``/``sys.stderr`` (everything still reaches the
+real stream) and a handler on the root logger; both also append to the tail of the
+run whose code is executing, found through a context variable that :func:`running`
+sets around the call (a thread of the call pool, or the task of an ``async def``).
+Output of code that is not a run goes only where it always went.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+#: The tail of the run whose code runs in this context (None: not a run).
+_current: contextvars.ContextVar[Tail | None] = contextvars.ContextVar("raftsched_run_output",
+                                                                       default=None)
+_install_lock = threading.Lock()
+_installed = False
+
+
+class Tail:
+    """The last ``limit`` characters written, thread-safe (a callable may start threads
+    that inherit nothing, but its own thread and an async task write here)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(int(limit), 1)
+        self._parts: list[str] = []
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            self._parts.append(text)
+            self._size += len(text)
+            if self._size > 2 * self.limit:
+                joined = "".join(self._parts)[-self.limit:]
+                self._parts, self._size = [joined], len(joined)
+
+    def text(self) -> str:
+        with self._lock:
+            return "".join(self._parts)[-self.limit:]
+
+
+class _Proxy:
+    """Writes go to the real stream and to the running run's tail, if any."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        tail = _current.get()
+        if tail is not None and isinstance(text, str):
+            tail.write(text)
+        return self._inner.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Handler(logging.Handler):
+    """Copies log records emitted by a run's code into its tail."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tail = _current.get()
+        if tail is None:
+            return
+        try:
+            tail.write(self.format(record) + "\n")
+        except Exception:  # noqa: BLE001 - logging must never break the run
+            self.handleError(record)
+
+
+def install() -> None:
+    """Called by every execution of a Python callable: cheap when in place. The streams
+    are checked each time (an app or a test runner may have replaced them since)."""
+    global _installed
+    with _install_lock:
+        if sys.stdout is not None and not isinstance(sys.stdout, _Proxy):
+            sys.stdout = _Proxy(sys.stdout)  # type: ignore[assignment]
+        if sys.stderr is not None and not isinstance(sys.stderr, _Proxy):
+            sys.stderr = _Proxy(sys.stderr)  # type: ignore[assignment]
+        if _installed:
+            return
+        _installed = True
+        handler = _Handler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+
+
+@contextlib.contextmanager
+def running(tail: Tail) -> Iterator[None]:
+    """Output written inside this block (this thread or task) lands in ``tail``."""
+    token = _current.set(tail)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def call(func: Any, tail: Tail, arg: Any) -> Any:
+    """``func(arg)`` with its output in ``tail``; an exception's traceback is added too."""
+    with running(tail):
+        try:
+            return func(arg)
+        except BaseException as exc:
+            tail.write(format_exception(exc))
+            raise
+
+
+def format_exception(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1,0 +1,349 @@
+"""Every use of pysyncobj's private internals, in one place, checked at start.
+
+raftsched patches pysyncobj 0.3.17 where upstream is unsafe or too slow for a
+scheduler: a follower's log on append_entries (Raft §5.3), the journal compaction's
+entry-by-entry rewrite, the size of a message a peer may announce, leadership
+transfer under load. Each patch names private (often name-mangled) attributes; a
+pysyncobj release that renames one would make an override silently never run — the
+log-safety fix among them. So :func:`install` refuses any other pysyncobj version and
+checks every attribute it relies on, loudly, before a node starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from typing import Any
+
+from pysyncobj import SyncObj, tcp_connection
+from pysyncobj import syncobj as _syncobj_module
+from pysyncobj.encryptor import getEncryptor as _get_encryptor
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
+from pysyncobj.version import VERSION
+
+log = logging.getLogger("raftsched.raft")
+
+#: The one pysyncobj release these patches are written against (pinned in pyproject).
+PYSYNCOBJ_VERSION = "0.3.17"
+
+#: (owner, attribute) pairs the patches read, call or override. Instance attributes
+#: are checked by name in the code of the method that sets them.
+_CLASS_ATTRS = (
+    (SyncObj, "_SyncObj__onMessageReceived"), (SyncObj, "_SyncObj__deleteEntriesFrom"),
+    (SyncObj, "_SyncObj__deleteEntriesTo"), (SyncObj, "_SyncObj__getEntries"),
+    (SyncObj, "_checkCommandsToApply"), (SyncObj, "raftLastApplied"),
+    (SyncObj, "raftCurrentTerm"), (SyncObj, "transferLeadership"),
+    (SyncObj, "addOnTickCallback"), (SyncObj, "_isLeader"), (SyncObj, "_getLeader"),
+    (SyncObj, "_SyncObj__sendNextNodeIdx"),
+    (SyncObj, "_SyncObj__doChangeCluster"), (SyncObj, "_onTick"), (SyncObj, "otherNodes"),
+    (SyncObj, "addNodeToCluster"), (SyncObj, "removeNodeFromCluster"),
+    (tcp_connection.TcpConnection, "_TcpConnection__processRead"),
+    (FileJournal, "clear"), (FileJournal, "_FileJournal__setLastRecordOffset"),
+)
+_INSTANCE_ATTRS = (
+    (SyncObj.__init__, ("_SyncObj__raftCurrentTerm", "_SyncObj__leaderCommitIndex",
+                        "_SyncObj__raftLog", "_SyncObj__thread", "_SyncObj__raftCommitIndex",
+                        "_SyncObj__raftElectionDeadline", "_SyncObj__raftLeader", "getEncryptor")),
+    (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
+    (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
+                            "_FileJournal__currentOffset")),
+)
+
+
+class IncompatiblePysyncobj(ImportError):
+    """The installed pysyncobj is not the release raftsched's patches were written for."""
+
+
+def verify() -> None:
+    """Raise :class:`IncompatiblePysyncobj` unless every patched internal exists."""
+    if VERSION != PYSYNCOBJ_VERSION:
+        raise IncompatiblePysyncobj(
+            f"raftsched needs pysyncobj {PYSYNCOBJ_VERSION} exactly (found {VERSION}): its "
+            "Raft log-safety and journal patches name that release's internals "
+            "(pip install -c constraints.txt ...)")
+    missing = [f"{owner.__name__}.{name}" for owner, name in _CLASS_ATTRS
+               if not hasattr(owner, name)]
+    for func, names in _INSTANCE_ATTRS:
+        code_names = set(func.__code__.co_names)
+        missing += [f"{func.__qualname__} sets no {name}" for name in names
+                    if name not in code_names]
+    if missing:
+        raise IncompatiblePysyncobj(
+            "pysyncobj internals raftsched patches are gone: " + ", ".join(missing))
+
+
+_installed = False
+
+
+def install() -> None:
+    """Check, then apply the process-wide patches once (called by ``RaftNode``)."""
+    global _installed
+    if _installed:
+        return
+    verify()
+    _cap_raft_messages(MAX_RAFT_MESSAGE)
+    _keyring_encryptors()
+    logging.getLogger("pysyncobj.syncobj").addFilter(_KeptLogFilter())
+    _installed = True
+
+
+def derive_fernet(password: str) -> Any:
+    """pysyncobj's own ``password -> Fernet`` (PBKDF2-SHA256, 100k rounds, fixed salt)."""
+    return _get_encryptor(password)
+
+
+def _keyring_encryptors() -> None:
+    """``SyncObj.__init__`` builds its one encryptor by calling the module's
+    ``getEncryptor(password)``: a :class:`~raftsched.node.raftkeys.RaftKeyring` given
+    as the password is used as it is (secret rotation, see raftkeys)."""
+    from raftsched.node.raftkeys import RaftKeyring
+
+    def get_encryptor(password: Any) -> Any:
+        return password if isinstance(password, RaftKeyring) else _get_encryptor(password)
+
+    _syncobj_module.getEncryptor = get_encryptor  # type: ignore[attr-defined]
+
+
+#: No Raft message of ours comes near this (entries and snapshots travel in 64 KiB
+#: chunks); a peer announcing more is disconnected before it is buffered.
+MAX_RAFT_MESSAGE = 16 << 20
+
+
+def _cap_raft_messages(limit: int) -> None:
+    """pysyncobj buffers whatever length a peer announces (up to 2 GiB) before it
+    decrypts anything, so a stranger on the Raft port could fill the node's memory.
+    Check the announced length as soon as the 4-byte header has arrived."""
+    from pysyncobj import tcp_connection
+
+    cls = tcp_connection.TcpConnection
+    if getattr(cls, "_raftsched_capped", False):
+        return
+    read = cls._TcpConnection__processRead  # type: ignore[attr-defined]
+
+    def process_read(self: Any) -> bool:
+        more = read(self)
+        buf = self._TcpConnection__readBuffer
+        if len(buf) >= 4:
+            (size,) = struct.unpack("i", buf[:4])
+            if size < 0 or size > limit:
+                log.warning("raft peer announced a %d-byte message: disconnected", size)
+                self.disconnect()
+                return False
+        return more
+
+    cls._TcpConnection__processRead = process_read  # type: ignore[attr-defined]
+    cls._raftsched_capped = True  # type: ignore[attr-defined]
+
+
+
+
+
+#: Bytes a journal record adds to its command: size, index, term, size.
+_RECORD_OVERHEAD = 4 + 16 + 4
+
+
+def drop_journal_prefix(journal: Any, count: int) -> bool:
+    """``FileJournal.deleteEntriesTo(count)`` with one ``mmap.move``; False (nothing
+    done) if the file does not look as expected.
+
+    After a snapshot pysyncobj rewrites every entry it keeps, one Python call each,
+    in the Raft thread: the tens of thousands written during a 30 s dump stalled a
+    leader past the election timeout (W4 saw the leader change just as the leader's
+    own dump ended). Records do not depend on their position, so the kept ones move
+    to the front in one copy. The journal is marked empty first: a crash during the
+    move leaves an empty journal (the new snapshot holds what came before; a
+    follower fetches the rest again), never a torn one."""
+    entries = journal._FileJournal__journal
+    if count <= 0:
+        return True
+    if count >= len(entries):
+        journal.clear()
+        return True
+    mm = journal._FileJournal__journalFile._ResizableFile__mm
+    end = journal._FileJournal__currentOffset
+    start = FIRST_RECORD_OFFSET + sum(len(cmd) for cmd, _, _ in entries[:count]) \
+        + count * _RECORD_OVERHEAD
+    last = entries[count - 1]
+    if not (isinstance(last[0], bytes) and FIRST_RECORD_OFFSET < start < end
+            and struct.unpack("<I", mm[start - 4:start])[0] == len(last[0]) + 16
+            and struct.unpack("<QQ", mm[start - 4 - len(last[0]) - 16:
+                                        start - 4 - len(last[0])]) == (last[1], last[2])):
+        return False
+    set_last = journal._FileJournal__setLastRecordOffset
+    set_last(FIRST_RECORD_OFFSET)
+    mm.move(FIRST_RECORD_OFFSET, start, end - start)
+    new_end = FIRST_RECORD_OFFSET + end - start
+    journal._FileJournal__currentOffset = new_end
+    set_last(new_end)
+    del entries[:count]
+    return True
+
+
+
+def known_prefix(prev_term: int, entries: list[Any], held: list[Any]) -> int:
+    """How many leading ``entries`` (``(command, index, term)``) a follower already holds.
+
+    ``held`` is the follower's log from the entry at the message's ``prevLogIdx`` on;
+    an entry is held when the follower has the same index with the same term (Raft's
+    log matching: then it is the same entry). 0 when the previous entry itself does not
+    match (pysyncobj then refuses the message anyway)."""
+    if not held or held[0][2] != prev_term:
+        return 0
+    n = 0
+    for k, entry in enumerate(entries):
+        if k + 1 >= len(held) or held[k + 1][1] != entry[1] or held[k + 1][2] != entry[2]:
+            break
+        n += 1
+    return n
+
+
+class RaftSyncObj(SyncObj):  # type: ignore[misc]
+    """SyncObj with Raft's rule for a follower's log on append_entries (§5.3), and a
+    follower that backs a leader up past its conflicting entries in one step.
+
+    pysyncobj 0.3.17 deletes every entry after ``prevLogIdx`` whenever the follower holds
+    more, then appends what came, even when what came is entries the follower already
+    holds (a leader re-sending from a stale next index, which happens under load: the
+    ``truncating already-applied log entries`` CRITICAL line). Entries it had
+    acknowledged are gone: if the leader dies before re-sending them, a committed and
+    applied entry may be on no majority any more and the state machines can diverge.
+    Here the entries the follower holds are dropped from the message first; what is
+    left is truncated only from a real conflict. When nothing is left the log is kept
+    as is, and the commit index may not pass the last entry the leader vouched for.
+
+    When the entry at ``prevLogIdx`` conflicts, pysyncobj's follower answers "try
+    ``prevLogIdx``", so a leader backs up one entry per round trip (one append period,
+    50 ms). Under partitions a minority leader appends for up to the fallback timeout
+    what is forwarded to it (heartbeats, read barriers, plans) and never commits it;
+    every leader that fails so adds its own such tail. The nemesis met followers whose
+    tails conflicted over 485 and more entries: a new leader needed ~25 s of calm to
+    walk back to them, the next fault came first, the tails grew, and the cluster had no
+    committing leader for minutes (three nodes up, a leader elected every few seconds,
+    the commit index frozen). Here the follower also answers "try after my commit
+    index": every entry up to it is committed, so the leader holds it too (Raft's
+    leader completeness) and the next append matches; backing up further than needed is
+    always safe (the matching entries are re-sent and kept, see above).
+    """
+
+    _rs_keep_log = False
+    #: Until then (monotonic) the leader appends no new command: a leadership transfer
+    #: is under way (Raft §3.10), and a newer entry would make the target's election
+    #: fail (voters refuse a candidate whose log is behind theirs).
+    _rs_hold_until = 0.0
+    #: A node started to join a running cluster (``raftsched node --join``) holds its
+    #: elections until a leader has reached it, which a leader does only once the node
+    #: is a member. pysyncobj has no pre-vote: a non-member campaigning meanwhile (its
+    #: outgoing connections count as "connected" until the peer drops them) would
+    #: come in with a term far ahead and depose the leader the moment it is added.
+    _rs_joining = False
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        if self._rs_joining:
+            if self._SyncObj__raftLeader is not None:
+                self._rs_joining = False
+            else:
+                self._SyncObj__raftElectionDeadline = float("inf")
+        super()._onTick(timeToWait)
+
+    def _SyncObj__doChangeCluster(self, request: Any, reverse: bool = False) -> Any:
+        """pysyncobj applies a membership entry when it is appended and reverses it when
+        the entry is truncated; the entries the log-keeping rule below keeps are not
+        truncated, so their membership changes must stay too (pysyncobj reverses the
+        changes of every entry after ``prevLogIdx`` before it deletes them)."""
+        if reverse and self._rs_keep_log:
+            return False
+        return super()._SyncObj__doChangeCluster(request, reverse)
+
+    def _checkCommandsToApply(self) -> None:
+        if self._rs_hold_until and time.monotonic() < self._rs_hold_until:
+            return
+        super()._checkCommandsToApply()
+
+    def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if self._rs_joining and isinstance(message, dict) \
+                and message.get("type") in ("request_vote", "timeout_now"):
+            # A joining node's file may still list a member that was removed meanwhile;
+            # that node campaigns (it was cut off) and, voted for, its term would depose
+            # the real leader. Until a leader has reached us (we are a member and have
+            # its log, removals included), we take part in no election.
+            return
+        conflict = self._rs_conflict(message)
+        self._rs_on_message(node, message)
+        commit = self._SyncObj__raftCommitIndex
+        if conflict is not None and commit + 1 < conflict \
+                and message["term"] >= self._SyncObj__raftCurrentTerm:
+            self._SyncObj__sendNextNodeIdx(node, nextNodeIdx=commit + 1, success=False,
+                                           reset=True)
+
+    def _rs_conflict(self, message: Any) -> int | None:
+        """``prevLogIdx`` of an append_entries whose entry there conflicts with ours."""
+        if not (isinstance(message, dict) and message.get("type") == "append_entries"
+                and "prevLogIdx" in message and "transmission" not in message
+                and message.get("term", -1) >= self._SyncObj__raftCurrentTerm):
+            return None
+        held = self._SyncObj__getEntries(message["prevLogIdx"], 1)
+        if held and held[0][2] != message.get("prevLogTerm"):
+            return int(message["prevLogIdx"])
+        return None
+
+    def _rs_on_message(self, node: Any, message: Any) -> None:
+        entries = message.get("entries") if isinstance(message, dict) else None
+        if (entries and message.get("type") == "append_entries" and "prevLogIdx" in message
+                and "transmission" not in message):
+            held = self._SyncObj__getEntries(message["prevLogIdx"], len(entries) + 1)
+            n = known_prefix(message["prevLogTerm"], entries, held)
+            if n:
+                last = entries[n - 1]
+                message = dict(message, prevLogIdx=last[1], prevLogTerm=last[2],
+                               entries=entries[n:])
+                if n == len(entries):
+                    leader_commit = message["commit_index"]
+                    message["commit_index"] = min(leader_commit, last[1])
+                    current = message["term"] >= self._SyncObj__raftCurrentTerm
+                    self._rs_keep_log = _KEEPING.active = True
+                    try:
+                        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+                    finally:
+                        self._rs_keep_log = _KEEPING.active = False
+                        if current:
+                            # The cap is for this node's commit index only; readiness
+                            # (caught up with the leader) must see the leader's own.
+                            self._SyncObj__leaderCommitIndex = leader_commit
+        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+
+    def applying_term(self) -> int | None:
+        """The Raft term of the log entry being applied (call from an apply only).
+
+        pysyncobj applies entry ``lastApplied + 1`` and counts it applied afterwards;
+        the entry's term is what the state machine checks leader-only commands
+        against (see ``ClusterState.apply``)."""
+        entries = self._SyncObj__getEntries(self.raftLastApplied + 1, 1)
+        return int(entries[0][2]) if entries else None
+
+    def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:
+        if not self._rs_keep_log:
+            super()._SyncObj__deleteEntriesFrom(from_idx)
+
+    def _SyncObj__deleteEntriesTo(self, to_idx: int) -> None:
+        raft_log = self._SyncObj__raftLog
+        if isinstance(raft_log, FileJournal) and len(raft_log) \
+                and drop_journal_prefix(raft_log, to_idx - raft_log[0][1]):
+            return
+        super()._SyncObj__deleteEntriesTo(to_idx)
+
+
+class _KeptLogFilter(logging.Filter):
+    """pysyncobj logs its truncation CRITICAL before deleting; when RaftSyncObj keeps
+    the log, nothing is truncated and the line would be false."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("truncating already-applied"):
+            return True
+        return not getattr(_KEEPING, "active", False)
+
+
+_KEEPING = threading.local()
+
+

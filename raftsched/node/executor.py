@@ -1,0 +1,383 @@
+"""Executing one run: an argv process in its own process group, or a Python callable.
+
+The process gets the contract environment (``RAFTSCHED_JOB_ID``, ``RAFTSCHED_RUN_ID``,
+``RAFTSCHED_SCHEDULED_AT``, ``RAFTSCHED_FENCE``, ``RAFTSCHED_ATTEMPT``,
+``RAFTSCHED_NODE_ID``) on top of the node's environment minus the cluster secret,
+plus the job's ``env``. No shell is involved unless the argv names one. A timeout
+sends SIGTERM to the whole group, then SIGKILL after a grace. Only a bounded tail of
+stdout/stderr is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import functools
+import importlib
+import inspect
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raftsched.core.model import ENV_MASK, JobSpec
+from raftsched.node import callpool, capture
+from raftsched.node.guard import Guard
+
+#: Python callables run on this many threads per node at most (sync functions).
+_CALL_THREADS = 64
+
+
+def calls_waiting() -> int:
+    """Sync callables handed to the thread pool and not yet started."""
+    return callpool.queued()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunContext:
+    """What a run knows about itself; a Python callable receives it as its argument.
+
+    :var job_id: the job.
+    :var run_id: ``<job_id>@<scheduled_ms>``.
+    :var scheduled_ms: the fire time (epoch ms).
+    :var fence: the fencing token; give it to downstream systems to reject stale writers.
+    :var attempt: 1 for the first attempt.
+    :var node_id: the node executing it.
+    :var cancelled: set when the run has timed out, was replaced or cancelled, or its
+        node stops it: a callable that can, should return soon after (a thread cannot
+        be killed; its late result is not recorded).
+    """
+
+    job_id: str
+    run_id: str
+    scheduled_ms: int
+    fence: int
+    attempt: int
+    node_id: str
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False,
+                                       repr=False)
+
+    @property
+    def scheduled_at(self) -> str:
+        """The fire time in RFC 3339, UTC."""
+        t = dt.datetime.fromtimestamp(self.scheduled_ms / 1000, tz=dt.UTC)
+        return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    def environ(self) -> dict[str, str]:
+        return {
+            "RAFTSCHED_JOB_ID": self.job_id,
+            "RAFTSCHED_RUN_ID": self.run_id,
+            "RAFTSCHED_SCHEDULED_AT": self.scheduled_at,
+            "RAFTSCHED_FENCE": str(self.fence),
+            "RAFTSCHED_ATTEMPT": str(self.attempt),
+            "RAFTSCHED_NODE_ID": self.node_id,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExecutionResult:
+    """How a run ended on this node.
+
+    :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``lost`` (stopped by its own
+        node: shutdown or lost quorum), ``shed`` or ``cancelled``.
+    :var exit_code: the process exit code (negative: killed by that signal), if any.
+    :var tail: the last bytes of stdout+stderr, decoded leniently.
+    :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
+    """
+
+    outcome: str
+    exit_code: int | None
+    tail: str
+    reason: str
+
+
+class Execution:
+    """One execution; :meth:`start` once, :meth:`stop` from anywhere on the loop."""
+
+    def __init__(self, *, spec: JobSpec, ctx: RunContext, base_env: dict[str, str],
+                 tail_bytes: int, allowed: tuple[str, ...] | None, kill_grace_s: float,
+                 guard: Guard | None = None) -> None:
+        self.spec = spec
+        self.ctx = ctx
+        self.base_env = base_env
+        self.tail_bytes = tail_bytes
+        self.allowed = allowed
+        self.kill_grace_s = kill_grace_s
+        self.guard = guard
+        self.proc: asyncio.subprocess.Process | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.stopped = False
+        self.stop_reason = ""
+        # The callback path of start(): a sync callable on the shared thread pool.
+        self._on_done: Callable[[ExecutionResult], None] | None = None
+        self._calling = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._runner: asyncio.Future[ExecutionResult] | None = None
+        #: What a Python callable printed or logged (and its traceback), kept as the tail.
+        self.output = capture.Tail(tail_bytes)
+
+    def start(self, on_done: Callable[[ExecutionResult], None]) -> asyncio.Future[Any] | None:
+        """Begin executing now; ``on_done(result)`` is called once on the loop. Returns
+        the task of an argv or async run (None for a sync callable on the pool).
+
+        A sync callable is handed to the thread pool with a done-callback and a timer
+        instead of a task awaiting futures: at thousands of runs starting in the same
+        instant, the per-run event-loop work is what shows as scheduling lag."""
+        try:
+            func = resolve_callable(self.spec.call, self.allowed) if self.spec.call else None
+        except Exception as exc:  # noqa: BLE001 - a bad call is the run's failure
+            on_done(_raised(exc, self.tail_bytes))
+            return None
+        if func is not None:
+            capture.install()
+        if func is None or inspect.iscoroutinefunction(func):
+            runner = asyncio.ensure_future(self.run())
+            runner.add_done_callback(lambda t: on_done(_task_result(t, self.tail_bytes)))
+            self._runner = runner  # the loop keeps only a weak reference to tasks
+            return runner
+        loop = asyncio.get_running_loop()
+        self._on_done = on_done
+        self._timer = loop.call_later(self.spec.timeout_ms / 1000, self._timed_out)
+        self._calling = True
+        try:
+            # Skipped if the run ends (stop, timeout) while the call waits for a thread.
+            callpool.shared(_CALL_THREADS).submit(loop, functools.partial(
+                capture.call, func, self.output), self.ctx, self._called,
+                skip=lambda: self._on_done is None)
+        except RuntimeError as exc:  # no thread could be started (a pids limit)
+            self._settle(_raised(exc, self.tail_bytes))
+        return None
+
+    def _timed_out(self) -> None:
+        self.ctx.cancelled.set()
+        self._settle(ExecutionResult(outcome="timed_out", exit_code=None,
+                                     tail=self.output.text(),
+                                     reason=f"timeout {self.spec.timeout_ms // 1000}s"))
+
+    def _called(self, value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            self._settle(_raised(exc, self.tail_bytes, self.output.text()))
+            return
+        self._settle(ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
+                                     tail=_with_value(self.output.text(), value,
+                                                      self.tail_bytes)))
+
+    def _settle(self, result: ExecutionResult) -> None:
+        on_done, self._on_done = self._on_done, None
+        if on_done is None:
+            return  # already settled (a timeout, a stop, then the thread's return)
+        if self._timer is not None:
+            self._timer.cancel()
+        on_done(result)
+
+    async def run(self) -> ExecutionResult:
+        try:
+            if self.spec.command is not None:
+                return await self._run_argv()
+            return await self._run_call()
+        except Exception as exc:  # noqa: BLE001 - a job's failure must not hurt the node
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason=f"{type(exc).__name__}: {exc}"[:200])
+
+    def stop(self, grace_s: float, reason: str = "stopped by the node") -> None:
+        """Terminate (SIGTERM the group, SIGKILL after ``grace_s``); the run then ends
+        ``lost`` with ``reason`` (the job's ``on_node_lost`` decides what follows)."""
+        self.stopped = True
+        self.stop_reason = reason
+        self.ctx.cancelled.set()
+        if self.proc is not None and self.proc.returncode is None:
+            self._terminate(grace_s)
+        elif self._calling:
+            # A thread cannot be killed: the run ends lost now and its thread is abandoned.
+            self._settle(ExecutionResult(outcome="lost", exit_code=None,
+                                         tail=self.output.text(), reason=reason))
+        elif self.task is not None:
+            self.task.cancel()
+
+    def _terminate(self, grace_s: float) -> None:
+        """SIGTERM the group now, SIGKILL it after ``grace_s`` unless it has ended by
+        then (its process group id may belong to someone else once it is reaped)."""
+        proc = self.proc
+        assert proc is not None
+        _signal_group(proc.pid, signal.SIGTERM)
+
+        def kill() -> None:
+            if proc.returncode is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+
+        asyncio.get_running_loop().call_later(grace_s, kill)
+
+    async def _run_argv(self) -> ExecutionResult:
+        masked = sorted(k for k, v in self.spec.env.items() if v == ENV_MASK)
+        if masked:
+            # Accepted before puts refused the mask (an older journal): never run with it.
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason=f"env.{masked[0]} holds the display mask "
+                                          f"{ENV_MASK!r}; put the job with its real value")
+        env = dict(self.base_env)
+        env.update(self.spec.env)
+        env.update(self.ctx.environ())
+        assert self.spec.command is not None
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                # No preexec_fn: Python code between fork and exec in a threaded
+                # process can deadlock on a lock another thread held at the fork (seen
+                # under libfaketime). The guard kills the group if the node dies.
+                start_new_session=True)
+        except OSError as exc:
+            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+                                   reason=f"cannot execute: {exc.strerror or exc}"[:200])
+        if self.guard is not None:
+            self.guard.add(self.proc.pid)
+        if self.stopped:
+            self._terminate(self.kill_grace_s)  # stopped while it was being spawned
+        tail = bytearray()
+        reader = asyncio.ensure_future(self._read(tail))
+        timed_out = False
+        try:
+            await asyncio.wait_for(self.proc.wait(), self.spec.timeout_ms / 1000)
+        except TimeoutError:
+            timed_out = True
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), self.kill_grace_s)
+            except TimeoutError:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                await self.proc.wait()
+        guarded = None
+        if self.guard is not None:
+            # Reaped: its group id may be reused from now on; the guard must forget it.
+            self.guard.remove(self.proc.pid)
+            guarded = self.guard.killed(self.proc.pid)
+        if timed_out:
+            # Children that kept the pipe open must not hold the run.
+            _signal_group(self.proc.pid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(reader, 1.0)
+        except (TimeoutError, asyncio.CancelledError):
+            reader.cancel()
+        code = self.proc.returncode
+        text = bytes(tail).decode("utf-8", "replace")
+        if guarded is not None and code == -signal.SIGKILL and not timed_out:
+            # Killed while this node was frozen (before any self-fence that followed
+            # once it ran again): the cluster may have moved the run.
+            return ExecutionResult(outcome="lost", exit_code=code, tail=text, reason=guarded)
+        if timed_out:
+            return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
+                                   reason=f"timeout {self.spec.timeout_ms // 1000}s")
+        if self.stopped:
+            return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+                                   reason=self.stop_reason)
+        if code == 0:
+            return ExecutionResult(outcome="succeeded", exit_code=0, tail=text, reason="exit 0")
+        return ExecutionResult(outcome="failed", exit_code=code, tail=text,
+                               reason=f"exit {code}" if code is not None and code >= 0
+                               else f"killed by signal {-(code or 0)}")
+
+    async def _read(self, tail: bytearray) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            chunk = await self.proc.stdout.read(65536)
+            if not chunk:
+                return
+            tail.extend(chunk)
+            if len(tail) > self.tail_bytes:
+                del tail[: len(tail) - self.tail_bytes]
+
+    async def _run_call(self) -> ExecutionResult:
+        """An ``async def`` callable, as a task on the node's loop (sync ones go to the
+        call pool from :meth:`start`)."""
+        func = resolve_callable(self.spec.call or "", self.allowed)
+        if self.stopped:
+            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                   reason=self.stop_reason)
+        self.task = asyncio.ensure_future(_contained(func, self.ctx, self.output))
+        try:
+            value = await asyncio.wait_for(asyncio.shield(self.task), self.spec.timeout_ms / 1000)
+        except TimeoutError:
+            self.ctx.cancelled.set()
+            self.task.cancel()
+            return ExecutionResult(outcome="timed_out", exit_code=None, tail=self.output.text(),
+                                   reason=f"timeout {self.spec.timeout_ms // 1000}s")
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+            return ExecutionResult(outcome="lost", exit_code=None, tail=self.output.text(),
+                                   reason=self.stop_reason)
+        except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
+            return _raised(exc, self.tail_bytes, self.output.text())
+        return ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
+                               tail=_with_value(self.output.text(), value, self.tail_bytes))
+
+
+@functools.lru_cache(maxsize=4096)
+def resolve_callable(call: str, allowed: tuple[str, ...] | None) -> Any:
+    """Import ``package.module:function``, only under an allowed module prefix (cached:
+    it is on the path of every run; a failed import is not cached). ``allowed`` None:
+    the prefix was checked where the job entered (the embedded Scheduler's node)."""
+    module_name, _, attr = call.partition(":")
+    if allowed is not None and not any(module_name == p or module_name.startswith(p + ".")
+                                       for p in allowed):
+        raise PermissionError(f"module {module_name!r} is not under an allowed prefix")
+    func = getattr(importlib.import_module(module_name), attr)
+    if not callable(func):
+        raise TypeError(f"{call} is not callable")
+    return func
+
+
+class _Escaped(Exception):
+    """A job's SystemExit/KeyboardInterrupt, carried as an ordinary exception: raised
+    raw inside a task it would propagate out of the node's event loop."""
+
+    def __init__(self, inner: BaseException) -> None:
+        super().__init__(str(inner))
+        self.inner = inner
+
+
+async def _contained(func: Any, ctx: RunContext, tail: capture.Tail) -> Any:
+    # Inside the task: its output and traceback land in the run's tail.
+    with capture.running(tail):
+        try:
+            return await func(ctx)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            tail.write(capture.format_exception(exc))
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                raise _Escaped(exc) from None
+            raise
+
+
+def _with_value(output: str, value: Any, tail_bytes: int) -> str:
+    """The output tail, then what the callable returned (if anything)."""
+    text = output if value is None else output + str(value)
+    return text[-tail_bytes:]
+
+
+def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:
+    if task.cancelled():
+        return ExecutionResult(outcome="lost", exit_code=None, tail="", reason="cancelled")
+    try:
+        return task.result()
+    except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from an async job
+        return _raised(exc, tail_bytes)
+
+
+def _raised(exc: BaseException, tail_bytes: int, output: str = "") -> ExecutionResult:
+    """A failed run; ``output`` (a callable's output, ending with its traceback) is the
+    tail when there is one."""
+    if isinstance(exc, _Escaped):
+        exc = exc.inner
+    return ExecutionResult(outcome="failed", exit_code=None,
+                           tail=(output or f"{type(exc).__name__}: {exc}")[-tail_bytes:],
+                           reason=f"raised {type(exc).__name__}")
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,466 @@
+"""The leader's loop: the thin, clocked shell around the pure :func:`leader.plan`.
+
+Only a node that Raft made leader plans, and only after it committed a ``leader``
+record for its term (so plans of an older term are refused by the state). It
+watches liveness: a dropped Raft connection releases the node's assigned-but-not-
+started runs at once (safe: a start needs the current fence); a disconnected node is
+declared lost once its lease has provably ended (:mod:`raftsched.core.lease`, ~2/3 of
+the node timeout after its newest heartbeat), any other node after the node timeout
+of silence; its started runs then follow ``on_node_lost``.
+The loop sleeps until the next due time (minus the lookahead) or until an applied
+command wakes it; it never polls the job table.
+
+Plans are bounded (``core/leader.py``), so a busy second is many plans: up to
+``MAX_PLANS_IN_FLIGHT`` are committed at once, kept in a :class:`~raftsched.node.plans.
+PlanBook` so that nothing is planned twice (see :mod:`raftsched.node.plans`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import lease
+from raftsched.core.commands import (
+    PAST_AT_VERSION,
+    Command,
+    DeleteJob,
+    LeaderRecord,
+    Plan,
+    Read,
+    Release,
+)
+from raftsched.core.errors import NotReady, RaftschedError
+from raftsched.core.leader import Capacity, LeaderContext, PlanInput, plan_from, plan_input
+from raftsched.core.state import ClusterState
+from raftsched.node import applyops, events, membership
+from raftsched.node.clock import now_ms
+from raftsched.node.plans import MAX_PLANS_IN_FLIGHT, PlanBook
+
+if TYPE_CHECKING:
+    from raftsched.node.node import Node
+
+log = logging.getLogger("raftsched.leader")
+
+#: A Raft connection down this long releases the node's not-yet-started claims.
+DISCONNECT_GRACE_S = 0.05
+#: Liveness is checked at least this often while leading.
+HOUSEKEEPING_S = 0.05
+#: A due job the last plan could not place is looked at again after this long (or
+#: when an applied command wakes the loop), not in a busy loop.
+STALL_S = 0.02
+#: The leader re-commits its record (with observed clock skews) this often.
+LEADER_RECORD_S = 5.0
+COMMIT_TIMEOUT_S = 3.0
+#: A sleep of PAUSE_TICK_S that takes PAUSE_S longer means this process was paused.
+PAUSE_TICK_S = 0.05
+PAUSE_S = 0.3
+#: Finished one-shot jobs past their retention: how often to look, how many per look.
+DONE_SCAN_S = 5.0
+DONE_BATCH = 50
+
+
+class LeaderLoop:
+    """See the module docstring. Runs on the node's event loop."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.active = False
+        self.term: int | None = None
+        self.since_ms = 0
+        self.since_mono = 0.0
+        self.last_seen: dict[str, float] = {}
+        #: The ``at`` of each node's newest heartbeat this loop has seen (the one its
+        #: ``last_seen`` time counts from): a lease release names it.
+        self.last_hb: dict[str, int] = {}
+        self.disc_since: dict[str, float] = {}
+        self.released_assigned: set[str] = set()
+        self.lost: set[str] = set()
+        self.skew: dict[str, int] = {}
+        self.last_record = 0.0
+        self.last_tick = time.monotonic()
+        self.paused_until = 0.0
+        self._transfer_to: tuple[str | None] | None = None
+        self._last_transfer = 0.0
+        self.plans = 0
+        self.plan_seconds = 0.0
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._next_done_scan = 0.0
+        #: This term's plans in flight, and those whose commit failed (plans.py).
+        self.book = PlanBook()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    def saw_heartbeat(self, node_id: str, at_ms: int) -> None:
+        self.last_seen[node_id] = time.monotonic()
+        self.last_hb[node_id] = at_ms
+        self.lost.discard(node_id)
+        # The sender's clock minus ours, give or take one commit (~1 ms on loopback).
+        self.skew[node_id] = at_ms - now_ms()
+        if not self.active:
+            return
+        if self.node.raft.read(lambda st: node_id in st.nodes and not st.nodes[node_id].alive):
+            self._wake.set()
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=max(seconds, 0.0))
+        except TimeoutError:
+            pass
+
+    async def _commit(self, cmd: Command) -> dict[str, Any] | None:
+        t0 = time.perf_counter()
+        try:
+            fut = asyncio.wrap_future(self.node.raft.submit(cmd))
+            reply = await asyncio.wait_for(fut, COMMIT_TIMEOUT_S)
+        except (NotReady, TimeoutError, RaftschedError) as exc:
+            log.debug("%s not committed: %s", cmd.OP, exc)
+            return None
+        if self.node.metrics is not None:
+            self.node.metrics.commit_latency(time.perf_counter() - t0)
+        return reply
+
+    async def run(self) -> None:
+        watcher = asyncio.create_task(self._watch_pauses(), name="pause-watch")
+        try:
+            await self._run()
+        finally:
+            watcher.cancel()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            raft = self.node.raft
+            # The term this node became leader in, read as one value (set in the Raft
+            # thread at the transition): every leader-only command carries it, and the
+            # state machine refuses it unless its log entry is of that term — so a
+            # deposed leader's stale view never takes effect, even forwarded.
+            term = raft.leader_term()
+            if term is None or not raft.ready():
+                if self.active:
+                    events.emit("leader.stepped_down", node=self.node.node_id, term=self.term)
+                self.active = False
+                self.book.forget()
+                await self._sleep(HOUSEKEEPING_S)
+                continue
+            if not self.active or term != self.term:
+                if not await self._establish(term):
+                    await self._sleep(HOUSEKEEPING_S)
+                    continue
+            try:
+                await self._hand_over_if_draining()
+                await self._liveness()
+                await self._remove_done()
+                if await self._plan_once():
+                    continue
+            except Exception:  # noqa: BLE001 - the loop must survive a bug in one tick
+                log.exception("leader tick failed")
+            await self._sleep(self._idle_delay())
+
+    async def _remove_done(self) -> None:
+        """``[limits] done_retention``: remove one-shot jobs whose run ended that long
+        ago (a few per scan, a scan every few seconds; each delete names the version
+        seen done, so a job put again meanwhile stays)."""
+        keep = self.node.cfg.limits.done_retention_ms
+        mono = time.monotonic()
+        if not keep or mono < self._next_done_scan:
+            return
+        self._next_done_scan = mono + DONE_SCAN_S
+        cutoff = now_ms() - keep
+        old = self.node.raft.read(lambda st: [
+            (rec.spec.id, rec.version) for rec in st.jobs.values()
+            if rec.next_ms is None and not rec.active
+            and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff])
+        for job, version in old[:DONE_BATCH]:
+            reply = await self._commit(DeleteJob(job=job, if_done=version, at=now_ms(),
+                                                 v=PAST_AT_VERSION))
+            if reply is not None and reply.get("ok"):
+                events.emit("job.expired", node=self.node.node_id, job_id=job, version=version,
+                            retention_ms=keep)
+
+    async def _establish(self, term: int) -> bool:
+        """Commit our leadership record; plans of older terms are refused from then on."""
+        since = now_ms()
+        reply = await self._commit(LeaderRecord(node=self.node.node_id, term=term, at=since,
+                                                skew={}))
+        if not reply or not reply.get("ok"):
+            return False
+        self.active, self.term = True, term
+        # Our record committed after whatever an earlier term of ours left in the log.
+        self.book.forget()
+        seeded = self.node.raft.read(lambda st: bool(st.members))
+        if not seeded:
+            # A new cluster (or one upgraded from a release without it): its membership
+            # starts as the config file's (members compare their files at boot).
+            await self._commit(membership.seed_command(self.node, now_ms()))
+        self.since_ms, self.since_mono = since, time.monotonic()
+        self.last_tick = self.since_mono
+        self.last_record = self.since_mono
+        # Every node gets a full node timeout from our start before we call it lost.
+        # Every heartbeat committed before our record was applied before this read,
+        # so it was sent before since_mono: the lease counts from since_mono at worst.
+        self.last_seen = {}
+        self.last_hb = self.node.raft.read(
+            lambda st: {n: rec.last_hb_ms for n, rec in st.nodes.items()})
+        self.disc_since.clear()
+        self.released_assigned.clear()
+        # Peers already disconnected (typically the old leader, killed) lose their
+        # not-yet-started claims before our first plan, not one grace period after it:
+        # otherwise their jobs' next fires would see them active and be skipped.
+        for addr, up in self.node.raft.connected_peers().items():
+            node_id = self.node.raft_to_id.get(addr)
+            if not up and node_id is not None:
+                self.disc_since[node_id] = self.since_mono - DISCONNECT_GRACE_S
+        log.info("leading in term %d", term)
+        return True
+
+    def _idle_delay(self) -> float:
+        """After a plan that made no progress: until the next job falls due, but at
+        least STALL_S when one is due already and could not be planned (no room, or an
+        overlap decided at its fire time): an applied command wakes us sooner."""
+        nxt = self.node.raft.read(ClusterState.next_due_ms)
+        delay = HOUSEKEEPING_S
+        if nxt is not None:
+            lead = nxt - self.node.cfg.timing.lookahead_ms - now_ms()
+            delay = min(delay, max(lead / 1000, STALL_S))
+        return delay
+
+    def request_transfer(self, to: str | None) -> None:
+        """An operator asked for leadership to move (to node ``to``, or anywhere)."""
+        if self.active:
+            self._transfer_to = (to,)
+            self._wake.set()
+
+    async def transfer(self, to: str | None = None, wait_s: float = 2.0) -> bool:
+        """Hand leadership to node ``to`` (or the most caught-up peer) and wait until
+        another node leads (``to`` if given); True if it did within ``wait_s``.
+
+        pysyncobj's TimeoutNow is refused while the target lags, and the target's
+        election fails when a newer entry reached us meanwhile (we may then win again):
+        both are retried until the deadline."""
+        raft = self.node.raft
+        if not any(n != self.node.node_id for n in self.node.raft_to_id.values()):
+            return False  # alone: no one to hand over to (and no hold on our commands)
+        target = next((a for a, n in self.node.raft_to_id.items() if n == to), None) \
+            if to is not None else None
+        t0 = time.monotonic()
+        deadline = t0 + wait_s
+        moved = False
+        while time.monotonic() < deadline:
+            if raft.leader_term() is not None:
+                try:
+                    sent = await asyncio.wait_for(asyncio.wrap_future(
+                        raft.transfer_leadership(target)), 1.0)
+                except Exception:  # noqa: BLE001 - a timeout or a bug: retried below
+                    sent = False
+                step = time.monotonic() + (0.3 if sent else 0.02)
+                while time.monotonic() < min(step, deadline) and raft.leader_term() is not None:
+                    await asyncio.sleep(0.005)
+                continue
+            leader = raft.leader_addr()
+            if leader is not None and leader != raft.self_addr and target in (None, leader):
+                moved = True
+                break
+            await asyncio.sleep(0.005)
+        events.emit("leader.transferred" if moved else "leader.transfer_failed",
+                    node=self.node.node_id, to=self.node.raft_to_id.get(raft.leader_addr() or ""),
+                    term=self.term, seconds=round(time.monotonic() - t0, 3),
+                    level=logging.INFO if moved else logging.WARNING)
+        return moved
+
+    async def _hand_over_if_draining(self) -> None:
+        """A draining leader, or one asked to, hands leadership away (once a second at
+        most when it does not move)."""
+        asked, self._transfer_to = self._transfer_to, None
+        me = self.node.node_id
+        draining = self.node.raft.read(lambda st: me in st.nodes and st.nodes[me].draining)
+        if asked is None and not draining:
+            return
+        if asked is None and time.monotonic() - self._last_transfer < 1.0:
+            return
+        self._last_transfer = time.monotonic()
+        await self.transfer(asked[0] if asked is not None else None)
+
+    async def _watch_pauses(self) -> None:
+        """Notice when this process did not run (SIGSTOP, a frozen VM, a stalled loop)."""
+        while not self._stopping:
+            before = time.monotonic()
+            await asyncio.sleep(PAUSE_TICK_S)
+            gap = time.monotonic() - before - PAUSE_TICK_S
+            if gap > PAUSE_S:
+                self.paused_until = time.monotonic()
+                log.warning("this node did not run for %.1fs", gap)
+
+    def _paused(self, mono: float) -> None:
+        """After a pause of our own the other nodes' silence is our deafness, not
+        evidence that they are gone: their timers restart from the end of the pause."""
+        if self.paused_until <= self.last_tick:
+            self.last_tick = mono
+            return
+        self.last_tick = mono
+        self.since_mono = max(self.since_mono, self.paused_until)
+        self.last_seen.clear()
+        for node_id in self.disc_since:
+            self.disc_since[node_id] = mono
+
+    async def _liveness(self) -> None:
+        node = self.node
+        mono = time.monotonic()
+        self._paused(mono)
+        connected = node.raft.connected_peers()
+        timeout_ms = node.cfg.timing.node_timeout_ms
+        timeout = timeout_ms / 1000
+        lease_wait = lease.release_after_ms(timeout_ms) / 1000
+        releases: list[Release] = []
+        alive = node.raft.read(lambda st: [n for n, rec in st.nodes.items() if rec.alive])
+        # (Each release is checked again when it applies: the view may be stale.)
+        for node_id in alive:
+            if node_id == node.node_id:
+                continue
+            addr = next((a for a, n in node.raft_to_id.items() if n == node_id), None)
+            conn = connected.get(addr, True) if addr is not None else True
+            if conn:
+                self.disc_since.pop(node_id, None)
+                self.released_assigned.discard(node_id)
+            else:
+                self.disc_since.setdefault(node_id, mono)
+            last = max(self.last_seen.get(node_id, 0.0), self.since_mono)
+            verdict = lease.release_verdict(
+                silent_s=mono - last, connected=conn,
+                disconnected_s=mono - self.disc_since.get(node_id, mono),
+                disconnect_grace_s=DISCONNECT_GRACE_S,
+                timeout_s=timeout, lease_wait_s=lease_wait, lost=node_id in self.lost,
+                assigned_released=node_id in self.released_assigned,
+                holds_assigned=functools.partial(node.raft.read,
+                                                 functools.partial(_holds_assigned, node_id)),
+                lease_known=functools.partial(self._lease_known, node_id))
+            if verdict == "silent":
+                self.lost.add(node_id)
+                releases.append(Release(node=node_id, scope="all",
+                                        reason=f"silent for {mono - last:.1f}s",
+                                        term=self.term, leader=node.node_id, at=0))
+            elif verdict == "lease":
+                self.lost.add(node_id)
+                releases.append(Release(node=node_id, scope="all",
+                                        reason=f"disconnected, lease over ({mono - last:.1f}s)",
+                                        term=self.term, leader=node.node_id, at=0,
+                                        hb=self.last_hb[node_id]))
+            elif verdict == "assigned":
+                self.released_assigned.add(node_id)
+                releases.append(Release(node=node_id, scope="assigned",
+                                        reason="disconnected", term=self.term,
+                                        leader=node.node_id, at=0))
+        for cmd in releases:
+            reply = await self._commit(replace(cmd, at=now_ms()))
+            if reply is None or not reply.get("ok"):
+                # Not committed, or refused (a newer heartbeat, another term): look again.
+                self.lost.discard(cmd.node)
+                self.released_assigned.discard(cmd.node)
+            elif node.metrics is not None and reply.get("ok"):
+                node.metrics.claims_released(len(reply.get("released", [])))
+        if mono - self.last_record > LEADER_RECORD_S:
+            self.last_record = mono
+            await self._commit(LeaderRecord(node=node.node_id, term=self.term or 0,
+                                            at=now_ms(), skew=dict(self.skew)))
+
+    def _lease_known(self, node_id: str) -> bool:
+        """May ``node_id`` be released by its lease? Only when we know the heartbeat its
+        lease counts from, and every member applies a lease release's condition (an
+        older one would apply it unconditionally and its state could part)."""
+        return (node_id in self.last_hb
+                and not applyops.missing_feature(self.node, applyops.LEASE_FEATURE))
+
+    def _capacities(self, st: ClusterState, connected: dict[str, bool]) -> tuple[Capacity, ...]:
+        """The nodes that may take work (call under the state lock: via read())."""
+        out = []
+        for node_id, rec in sorted(st.nodes.items()):
+            if not rec.alive or rec.draining or node_id in self.lost:
+                continue
+            addr = next((a for a, n in self.node.raft_to_id.items() if n == node_id), None)
+            if node_id != self.node.node_id and addr is not None and not connected.get(addr,
+                                                                                      True):
+                continue
+            out.append(Capacity(node_id=node_id, tags=frozenset(rec.tags), slots=rec.slots,
+                                limit=rec.slots + rec.queue,
+                                load=len(st.by_node.get(node_id, ()))))
+        return tuple(out)
+
+    async def _plan_once(self) -> bool:
+        """Submit one bounded plan without waiting for it (up to MAX_PLANS_IN_FLIGHT);
+        when none can be made or enough are in flight, wait for the oldest. True when
+        the caller should plan again at once (progress, or more may be due)."""
+        node, book = self.node, self.book
+        book.reap()
+        if len(book.inflight) >= MAX_PLANS_IN_FLIGHT:
+            return await self._await_oldest()
+        t0 = time.perf_counter()
+        connected = node.raft.connected_peers()
+        skip_jobs, skip_runs, extra = book.held()
+
+        def copy(st: ClusterState) -> tuple[LeaderContext, PlanInput]:
+            # Copy out a bounded slice; the miss detector's work runs outside the lock.
+            live = self._capacities(st, connected)
+            for cap in live:
+                cap.load += extra.get(cap.node_id, 0)
+            ctx = LeaderContext(node_id=node.node_id, term=self.term or 0, now_ms=now_ms(),
+                                lookahead_ms=node.cfg.timing.lookahead_ms,
+                                since_ms=self.since_ms, boot_ms=node.boot_ms, live=live)
+            return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,
+                                   skip_runs=skip_runs)
+
+        ctx, inp = node.raft.read(copy)
+        cmd = plan_from(inp, ctx)
+        self.plan_seconds += time.perf_counter() - t0
+        if cmd is None:
+            if book.inflight:
+                return await self._await_oldest()
+            return await self._barrier() if book.doubtful else False
+        self.plans += 1
+        task = asyncio.get_running_loop().create_task(self._commit_plan(cmd))
+        task.add_done_callback(lambda _t: self._wake.set())
+        book.add(cmd, task)
+        return True
+
+    async def _commit_plan(self, cmd: Plan) -> dict[str, Any] | None:
+        """A plan's commit, run as a task: any failure is a plan not committed."""
+        try:
+            return await self._commit(cmd)
+        except Exception:  # noqa: BLE001 - a bug in one commit must not stop the loop
+            log.exception("plan commit failed")
+            return None
+
+    async def _await_oldest(self) -> bool:
+        """Wait for the oldest plan in flight; True if it made progress. A plan whose
+        every item was refused made none: the caller waits instead of spinning."""
+        oldest = self.book.inflight[0]
+        await asyncio.wait([oldest.task])
+        self.book.reap()
+        reply = oldest.task.result()
+        if reply is None or not reply.get("ok"):
+            return False
+        return len(reply.get("rejected", [])) < oldest.size
+
+    async def _barrier(self) -> bool:
+        """Nothing follows a failed plan: commit a read barrier, after which it has
+        applied or never will, and its jobs may be planned again. True if it did."""
+        seq = self.book.next_seq()
+        reply = await self._commit(Read(at=now_ms(), node=self.node.node_id))
+        if reply is None:
+            return False
+        self.book.committed(seq)
+        return True
+
+
+def _holds_assigned(node_id: str, st: ClusterState) -> bool:
+    """Does ``node_id`` hold a run it has not started yet?"""
+    return any(st.runs[r].state == "assigned" for r in st.by_node.get(node_id, ()))

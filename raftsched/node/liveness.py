@@ -1,0 +1,126 @@
+"""This node's liveness: heartbeats, the lease they earn, the guard's deadline and the
+self-fence.
+
+A node tells the cluster it lives by committing a ``heartbeat`` command every
+``timing.heartbeat``. The send time of the newest heartbeat the cluster acknowledged is
+the node's *lease*: the worker spawns a run only within the lease (see
+``WorkerPool._may_spawn``). A node that reaches no quorum for the lease stops its runs
+itself, and the guard process kills them if the node itself freezes (see guard.py); the
+leader releases them no sooner (core/lease.py has the arithmetic for both sides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import lease
+from raftsched.core.commands import Heartbeat
+from raftsched.core.errors import RaftschedError
+from raftsched.node.clock import now_ms
+
+if TYPE_CHECKING:
+    from raftsched.node.config import NodeConfig, Timing
+    from raftsched.node.guard import Guard
+    from raftsched.node.raft import RaftNode
+    from raftsched.node.worker import WorkerPool
+
+log = logging.getLogger("raftsched.node")
+
+
+class Liveness:
+    """See the module docstring. Every method runs on the node's event loop."""
+
+    def __init__(self, *, raft: RaftNode, worker: WorkerPool, guard: Guard | None,
+                 me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
+                 fault: str = "") -> None:
+        self.raft = raft
+        self.worker = worker
+        self.guard = guard
+        self.me = me
+        self.timing = timing
+        self.boot_ms = boot_ms
+        #: The commands this release knows, as every heartbeat announces them.
+        self.features = features
+        #: Test-only fault injection (RAFTSCHED_FAULT); only ``unanswered_heartbeat`` here.
+        self.fault = fault
+        #: Send time (monotonic) of the newest acknowledged heartbeat, for the guard.
+        self.last_ack_send = time.monotonic()
+        #: Send time (monotonic) of the newest heartbeat the cluster acknowledged: the
+        #: node's lease. Nothing before the first acknowledgement.
+        self.lease_base = float("-inf")
+        #: Whether this node stopped its runs for want of a quorum (until the next ack).
+        self.fenced = False
+
+    def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
+        """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
+        move on at once (not at the heartbeat loop's next turn: a run may be about to
+        start on the strength of it)."""
+        if fut.cancelled() or fut.exception() is not None or sent_at <= self.lease_base:
+            return
+        self.lease_base = self.last_ack_send = sent_at
+        self.fenced = False
+        self._push_guard()
+
+    def _push_guard(self) -> None:
+        if self.guard is not None:
+            # When our own self-fence would have killed a SIGTERM-proof run: from the
+            # last acknowledged heartbeat, the lease, up to 0.1 s until the loop sees
+            # it, then its SIGKILL grace. The leader releases no sooner (core/lease.py).
+            after_ms = lease.guard_after_ms(self.timing.node_timeout_ms)
+            self.guard.deadline(self.last_ack_send + after_ms / 1000)
+
+    def _heartbeat(self) -> Heartbeat:
+        draining = self.worker.draining
+        return Heartbeat(
+            node=self.me.id, at=now_ms(), boot=self.boot_ms,
+            # Draining: no room, so the leader places nothing new here.
+            slots=0 if draining else self.me.workers, queue=0 if draining else self.me.queue,
+            tags=tuple(self.me.tags), api=self.me.api, pid=os.getpid(),
+            features=self.features)
+
+    async def run(self) -> None:
+        """Tell the cluster this node lives; stop our runs if we cannot reach a quorum for
+        half the node timeout (the leader releases them after the full timeout)."""
+        period = self.timing.heartbeat_ms / 1000
+        fence_after = lease.lease_ms(self.timing.node_timeout_ms) / 1000
+        # pysyncobj may never call back a command forwarded to a leader that died: a
+        # heartbeat unanswered this long is abandoned and a new one sent (a stuck one
+        # once left the lease stale for good while starts committed fine).
+        give_up = max(2 * period, 0.5)
+        pending: asyncio.Future[Any] | None = None
+        sent_at = 0.0
+        while True:
+            now = time.monotonic()
+            if pending is None or pending.done() or now - sent_at > give_up:
+                sent_at = now
+                try:
+                    fut = self.raft.submit(self._heartbeat())
+                    if self.fault == "unanswered_heartbeat" and self.worker.counters.started >= 3:
+                        # Test-only (RAFTSCHED_FAULT): once, a heartbeat commits but its
+                        # callback never comes, as pysyncobj does for a command forwarded
+                        # to a leader that died.
+                        self.fault = ""
+                        log.warning("test fault: a heartbeat left unanswered")
+                        fut = concurrent.futures.Future()
+                    pending = asyncio.wrap_future(fut)
+                    pending.add_done_callback(functools.partial(self._acked, sent_at))
+                except RaftschedError:
+                    pending = None
+            self._push_guard()
+            if now - self.last_ack_send > fence_after and not self.fenced:
+                self.fenced = True
+                self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))
+            # Overdue (a heartbeat unanswered, or none acknowledged for a period): look
+            # every 0.1 s, so the self-fence comes within lease.FENCE_TICK_MS of its time.
+            overdue = (pending is not None and not pending.done()) or \
+                now - self.last_ack_send > period
+            await asyncio.sleep(min(period, lease.FENCE_TICK_MS / 1000) if overdue else period)
+
+
+__all__ = ["Liveness"]

@@ -1,0 +1,482 @@
+"""The composition root: one raftsched node (Raft replica, API, leader loop, workers).
+
+This module wires the parts and routes between them: Raft's effects to the worker, the
+leader loop, the notifier, the metrics and the event lines (eventpolicy.py); API
+requests to the operations (jobops.py, clusterops.py, membership.py, backup.py,
+applyops.py), which commit through writes.py. Heartbeats and the self-fence live in
+liveness.py. Everything node-local lives here or below: the wall clock is read at the
+edges and stamped into commands; the pure core (state, trigger, misses, leader.plan)
+never sees a clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+import logging
+import os
+import time
+import zoneinfo
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import lease
+from raftsched.core.effects import (
+    ClaimsReleased,
+    Effect,
+    HeartbeatSeen,
+    JobPut,
+    JobResumed,
+    MemberRemoved,
+    MembersChanged,
+    NodeBack,
+    NodeDraining,
+    NodeJoined,
+    NotifyPending,
+    Restored,
+    RunAssigned,
+    RunCreated,
+    RunEnded,
+    StopRun,
+    TransferAsked,
+)
+from raftsched.core.errors import InvalidArgument, RaftschedError
+from raftsched.node import (
+    applyops,
+    audit,
+    eventpolicy,
+    events,
+    membercheck,
+    membership,
+    notifier,
+    shutdown,
+)
+from raftsched.node.backup import Backups
+from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
+from raftsched.node.clusterops import ClusterOps
+from raftsched.node.config import ClusterConfig, check_bind_safety, split_addr
+from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
+from raftsched.node.guard import Guard
+from raftsched.node.jobops import JobOps, Op
+from raftsched.node.leaderloop import LeaderLoop
+from raftsched.node.liveness import Liveness
+from raftsched.node.loopsnapshot import LoopSnapshot
+from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
+from raftsched.node.reads import ReadBarrier
+from raftsched.node.secrets import SecretSource
+from raftsched.node.status import build_status, quorum_problem
+from raftsched.node.worker import WorkerPool, WorkerStatistics
+from raftsched.node.writes import ClientWrites
+from raftsched.wire.api import ApiServer
+from raftsched.wire.certs import server_context
+from raftsched.wire.secretfile import unregister
+
+if TYPE_CHECKING:
+    from raftsched.wire.http import HttpServer
+
+log = logging.getLogger("raftsched.node")
+
+#: The cyclic GC's thresholds. The state is millions of small, long-lived, acyclic
+#: objects: the older generations are collected rarely. A young collection runs inside
+#: whatever allocated last, often an apply under the Raft lock, and costs ~0.3-0.7 us
+#: per young object: 10,000 keep it to a few ms (at 100,000 each took 26-29 ms of CPU,
+#: ``python -m bench.lockwork``), for the same total.
+GC_THRESHOLDS = (10_000, 50, 100)
+#: How long a stopping leader tries to hand leadership over before it just leaves.
+SHUTDOWN_TRANSFER_S = 2.0
+#: Reads refused with not_ready while this node reaches no quorum (unless ``stale``).
+_QUORUM_READS = frozenset({"get_job", "list_jobs", "runs"})
+#: Effects that may give the leader something new to plan.
+_LEADER_WAKERS = (JobPut, JobResumed, RunEnded, ClaimsReleased, NodeJoined, NodeBack, Restored,
+                  RunCreated, NodeDraining)
+#: Effects that may give this node's worker something to do (or free a slot).
+_WORKER_WAKERS = (ClaimsReleased, Restored, RunEnded)
+
+
+class Node:
+    """One node. Build it in the thread that will live as long as the node (pysyncobj's
+    tick thread stops when its creating thread exits), then ``await run()``."""
+
+    def __init__(self, cfg: ClusterConfig, node_id: str, *, environ: dict[str, str] | None = None,
+                 metrics: Any = None, join: bool = False) -> None:
+        env = dict(os.environ if environ is None else environ)
+        # Every replica must compute the same fire times: use the pinned tzdata package,
+        # never the host's /usr/share/zoneinfo (which differs between machines).
+        zoneinfo.reset_tzpath(to=[])
+        self.cfg = cfg
+        self.node_id = node_id
+        self.me = cfg.node(node_id)
+        #: Where the secrets come from ($secret_env, secret_file or the generated file),
+        #: re-read while the node runs when it is a file (a rotation).
+        self.secrets = SecretSource(
+            cfg, env, check=functools.partial(check_bind_safety, cfg, node_id))
+        #: The used secret (the first of the keyring); never logged.
+        self.secret = self.secrets.current[0]
+        #: The generated secret's file when none is configured (never listen without one).
+        self.secret_path: str | None = self.secrets.generated_path
+        self.cluster_id = self.secrets.cluster_id
+        tls = cfg.tls_paths(node_id)
+        ssl_ctx = server_context(*tls) if tls is not None else None
+        self._pointer: str | None = None
+        self.boot_ms = now_ms()
+        self.fault = env.get("RAFTSCHED_FAULT", "")
+        if env.get("RAFTSCHED_CLOCK_OFFSET_MS"):
+            set_offset_ms(int(env["RAFTSCHED_CLOCK_OFFSET_MS"]))
+        if env.get("RAFTSCHED_CLOCK_FILE"):
+            set_offset_file(env["RAFTSCHED_CLOCK_FILE"])
+        self.metrics = metrics
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.raft_to_id = {p.raft: p.id for p in cfg.nodes}
+        self._stop = asyncio.Event()
+        #: The process exit code ``run_node`` returns (1 after a refused format).
+        self.exit_code = 0
+        # The journal and snapshots hold job env values in the clear: owner only.
+        node_dir = cfg.node_data_dir(node_id)
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        try:
+            os.chmod(node_dir, 0o700)
+        except PermissionError:  # not ours (a mounted volume): say so, still run
+            log.warning("cannot restrict %s to its owner; job env values in its journal "
+                        "may be readable by others", node_dir)
+        # Before pysyncobj opens the journal: one process per data dir, no corrupt replay.
+        self.dir_lock = DataDirLock(node_dir)
+        try:
+            check_node_files(node_dir, JOURNAL_FILE, DUMP_FILE)
+            # --join matters to a fresh node only: one with a journal is a member already.
+            join = join and not os.path.exists(os.path.join(node_dir, JOURNAL_FILE))
+            self.raft = RaftNode(
+                self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
+                data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
+                on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
+                max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
+                join=join)
+        except BaseException:
+            self.dir_lock.release()
+            raise
+        # The job processes inherit the node's environment, never the cluster secret.
+        base_env = {k: v for k, v in env.items()
+                    if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
+        fence_after_s = lease.lease_ms(cfg.timing.node_timeout_ms) / 1000
+        try:
+            # Kills this node's job process groups if the node freezes (see guard.py).
+            self.guard: Guard | None = Guard(os.path.join(node_dir, "guard"))
+        except OSError as exc:
+            log.warning("no guard process (%s): a frozen node's jobs keep running", exc)
+            self.guard = None
+        self.worker = WorkerPool(
+            node_id=node_id, raft=self.raft, slots=self.me.workers,
+            output_tail_bytes=cfg.limits.output_tail_bytes,
+            allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
+            on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
+            prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
+            fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
+            guard=self.guard,
+            lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
+        #: Heartbeats, the lease and the self-fence (liveness.py).
+        self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
+                                 me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
+                                 features=applyops.FEATURES, fault=self.fault)
+        #: The worker's statistics for other threads (the metrics endpoint), built on
+        #: the loop that mutates the pool.
+        self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
+            self.worker.statistics, lambda: self.loop)
+        self.leader = LeaderLoop(self)
+        self.backups = Backups()
+        self.notifier = notifier.Notifier(self)
+        self.reads = ReadBarrier(self.raft, node_id)
+        self.writes = ClientWrites(
+            raft=self.raft, quorum_problem=functools.partial(quorum_problem, self),
+            quorum_grace_s=max(cfg.timing.election_timeout_max_ms / 1000, 0.5))
+        self.jobs = JobOps(raft=self.raft, writes=self.writes, reads=self.reads,
+                           limits=cfg.limits,
+                           allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes)
+        cluster = ClusterOps(raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg,
+                             node_ids=self.raft_to_id.values,
+                             build_status=functools.partial(build_status, self))
+        #: The API operations, by name: one explicit table (the API router is handle()).
+        self.ops: dict[str, Op] = {
+            **self.jobs.ops(), **cluster.ops(),
+            "backup": functools.partial(self.backups.handle, self),
+            "add_node": functools.partial(membership.add_node, self),
+            "remove_node": functools.partial(membership.remove_node, self),
+            "apply": functools.partial(applyops.op_apply, self),
+            "diff_apply": functools.partial(applyops.op_diff_apply, self),
+        }
+        host, port = split_addr(self.me.api, "api")
+        self.api = ApiServer(handler=self.handle, host=host, port=port, secret=None,
+                             credentials=self.secrets.keyring(), ssl_context=ssl_ctx,
+                             node_id=node_id, max_frame_bytes=cfg.limits.max_frame_bytes,
+                             max_connections=cfg.limits.max_connections,
+                             idle_timeout_s=cfg.limits.idle_timeout_ms / 1000,
+                             http_addr=self.me.metrics, cluster_id=self.cluster_id,
+                             json_http_addr=self.me.http)
+        self.api.set_credentials(self.secrets.keyring(), self.secrets.cluster_ids())
+        #: Live-feed subscribers (the HTTP event streams); called on the event loop.
+        self._feed: set[Any] = set()
+        self._feed_seq = 0
+        self.http: HttpServer | None = None
+        if self.me.http is not None:
+            # Imported only here: aiohttp costs a node without an HTTP API ~0.4 s of
+            # CPU at every start.
+            from raftsched.wire.http import HttpServer
+            host, port = split_addr(self.me.http, "http")
+            self.http = HttpServer(handler=self.handle, subscribe=self.subscribe, host=host,
+                                   port=port, secret=self.secret, node_id=node_id,
+                                   max_body_bytes=cfg.limits.max_frame_bytes)
+            self.http.set_secrets(list(self.secrets.current))
+
+    # ------------------------------------------------------------ effects
+
+    def _effects_from_raft(self, effects: list[Effect]) -> None:
+        """Raft thread: hand the effects to the event loop, do nothing else here."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._on_effects, effects)
+
+    def _fatal_from_raft(self, problem: str) -> None:
+        """Raft thread: this replica met a format it cannot read (see RaftNode._refuse)."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._fatal, problem)
+
+    def _fatal(self, problem: str, event: str = "node.refused") -> None:
+        """Stop with exit status 1, saying why (an event and a line on stderr)."""
+        if self.exit_code:
+            return
+        self.exit_code = 1
+        events.emit(event, node=self.node_id, problem=problem, level=logging.ERROR)
+        import sys
+        sys.stderr.write(f"error: {self.node_id}: {problem}\n")
+        self.stop()
+
+    def _on_effects(self, effects: list[Effect]) -> None:
+        wake_worker = wake_leader = False
+        me = self.node_id
+        for eff in effects:
+            if isinstance(eff, HeartbeatSeen):
+                self.leader.saw_heartbeat(eff.node_id, eff.at_ms)
+                continue
+            wake_leader = wake_leader or isinstance(eff, _LEADER_WAKERS)
+            wake_worker = wake_worker or isinstance(eff, _WORKER_WAKERS)
+            match eff:
+                case RunAssigned(node=node) if node == me:
+                    wake_worker = True
+                case StopRun(run_id=run_id, node=node) if node == me:
+                    self.worker.cancel(run_id)
+                case TransferAsked(to=to):
+                    self.leader.request_transfer(to)
+                case NotifyPending():
+                    self.notifier.wake()
+                case MembersChanged() | Restored():
+                    membership.refresh_ids(self)
+                case MemberRemoved(node_id=node_id) if node_id == me:
+                    self._fatal(f"this node ({me}) was removed from the cluster; it will not "
+                                f"rejoin. To bring the machine back, wipe its data dir and add "
+                                f"it under a new id with `raftsched cluster add-node`",
+                                "node.removed")
+            if self.metrics is not None:
+                self.metrics.effect(eff)
+            eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
+            if self._feed:
+                self._publish(eff)
+        if wake_worker:
+            self.worker.notify()
+        if wake_leader:
+            self.leader.wake()
+
+    def subscribe(self, callback: Any) -> Any:
+        """Call ``callback(event_dict)`` (on the event loop, must not block) for every
+        live-feed event; returns the function that unsubscribes."""
+        self._feed.add(callback)
+        return lambda: self._feed.discard(callback)
+
+    def _publish(self, eff: Effect) -> None:
+        self._feed_seq += 1
+        ev = events.feed_event(eff, node=self.node_id, seq=self._feed_seq, ts_ms=now_ms())
+        if ev is None:
+            return
+        for callback in list(self._feed):
+            try:
+                callback(ev)
+            except Exception:  # noqa: BLE001 - one bad subscriber must not stop the node
+                log.exception("feed subscriber failed")
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def run(self, on_started: Any = None) -> None:
+        """Serve until :meth:`stop`; ``on_started()`` once the API listens. A failed
+        start (the API address is taken) raises after releasing everything."""
+        self.loop = asyncio.get_running_loop()
+        try:
+            await self.api.start()
+            if self.http is not None:
+                await self.http.start()
+        except BaseException:
+            await self.api.close()
+            self._release()
+            raise
+        _LISTENING_FDS.extend(self.api.listening_fds())
+        if self.http is not None:
+            _LISTENING_FDS.extend(self.http.listening_fds())
+        if self.secret_path is not None:
+            self._pointer = announce_secret(self.me.api, self.secret_path)
+        events.emit("node.started", node=self.node_id, api=self.me.api, raft=self.me.raft,
+                    workers=self.me.workers, cluster_id=self.cluster_id)
+        if on_started is not None:
+            on_started()
+        if self.raft.fatal is not None:  # met before the loop ran (a snapshot at boot)
+            self._fatal(self.raft.fatal)
+        tasks = [asyncio.create_task(self.worker.run(), name="worker"),
+                 asyncio.create_task(self.leader.run(), name="leader"),
+                 asyncio.create_task(self.notifier.run(), name="notifier"),
+                 asyncio.create_task(self.liveness.run(), name="heartbeat"),
+                 asyncio.create_task(membercheck.watch(self), name="membercheck"),
+                 asyncio.create_task(self.secrets.watch(self._secrets_changed),
+                                     name="secrets")]
+        try:
+            await self._stop.wait()
+        finally:
+            if self.raft.leader_term() is not None:
+                # A clean stop of the leader hands leadership over first: the cluster
+                # plans on without waiting out an election timeout (issue 16 item 4).
+                with contextlib.suppress(Exception):
+                    await self.leader.transfer(wait_s=SHUTDOWN_TRANSFER_S)
+            await self.api.close()
+            if self.http is not None:
+                await self.http.close()
+            # Drain while heartbeats (the lease) and the leader loop still run.
+            try:
+                await self.worker.drain(self.cfg.timing.stop_timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - stopping must go on
+                log.exception("drain failed")
+            self.leader.stop()
+            await self.worker.stop()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.fault == "hang_on_stop":  # test-only: a shutdown that never ends
+                time.sleep(3600)
+            self._release()
+            events.emit("node.stopped", node=self.node_id)
+
+    def _secrets_changed(self, secrets: list[str]) -> None:
+        """The secret file changed (a rotation step): Raft and the API use it at once."""
+        self.raft.set_secrets(secrets)
+        self.api.set_credentials(self.secrets.keyring(), self.secrets.cluster_ids())
+        if self.http is not None:
+            self.http.set_secrets(secrets)
+        self.secret = secrets[0]
+        self.cluster_id = self.secrets.cluster_id
+        events.emit("secret.reloaded", node=self.node_id, credentials=len(secrets),
+                    used=self.secrets.names()[0], accepted=",".join(self.secrets.names()))
+
+    def _release(self) -> None:
+        """Stop Raft, the guard and the address pointer; then free the data dir."""
+        self.raft.destroy(wait_s=5.0)
+        if self.guard is not None:
+            self.guard.close()
+        if self._pointer is not None and self.secret_path is not None:
+            unregister(self._pointer, self.secret_path)
+        self.dir_lock.release()
+
+    def stop(self) -> None:
+        """Stop, draining first (see ``WorkerPool.drain``); called again, stop at once."""
+        if self._stop.is_set():
+            self.worker.hurry()
+        self._stop.set()
+
+    # ------------------------------------------------------------ API handler
+
+    async def handle(self, op: str, args: dict[str, Any]) -> Any:
+        fn = self.ops.get(op)
+        if fn is None:
+            raise InvalidArgument("op", f"unknown operation {op[:40]!r}")
+        if not isinstance(args, dict):
+            raise InvalidArgument("args", "must be a map")
+        applyops.check_features(self, op, args)
+        if op in _QUORUM_READS and args.get("stale") is not True:
+            # A node cut off from the quorum would answer from a state that may be behind
+            # (an empty list after a restart): say there is no quorum instead.
+            await self.writes.await_quorum()
+        return await audit.audited(self.node_id, op, args, lambda: fn(args))
+
+
+_LISTENING_FDS: list[int] = []
+
+
+def _close_listeners_in_child() -> None:
+    for fd in _LISTENING_FDS:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+os.register_at_fork(after_in_child=_close_listeners_in_child)
+
+
+def run_node(config_path: str | None, node_id: str | None, data_dir: str | None = None,
+             join: bool = False) -> int:
+    """``raftsched node``: run one node until SIGINT/SIGTERM/SIGHUP; returns the exit code."""
+    from raftsched.core.errors import ConfigError
+    from raftsched.node.config import embedded_default, load_config
+    from raftsched.node.metrics import Metrics, serve_metrics
+
+    early_stop: list[bool] = []
+    stop_now: list[Any] = [lambda: early_stop.append(True)]
+    try:
+        if config_path is None:
+            cfg = embedded_default(data_dir or "./raftsched-data")
+            node_id = node_id or cfg.nodes[0].id
+        else:
+            cfg = load_config(config_path)
+            if node_id is None:
+                if len(cfg.nodes) != 1:
+                    raise ConfigError("--id", "the config has several nodes; name one with --id")
+                node_id = cfg.nodes[0].id
+            if data_dir is not None:
+                from dataclasses import replace
+                cfg = replace(cfg, data_dir=data_dir)
+        events.configure(cfg.log.level, cfg.log.format)
+        # From here on a stop signal is ours: one during the boot stops the node as soon
+        # as it runs (with node.stopped), never kills it half-built.
+        # The watchdog's limit counts after the drain, which may take stop_timeout.
+        shutdown.install(lambda: stop_now[0](), node_id,
+                         shutdown.stop_limit_s(os.environ) + cfg.timing.stop_timeout_ms / 1000)
+        gc.set_threshold(*GC_THRESHOLDS)
+        metrics = Metrics(node_id)
+        node = Node(cfg, node_id, metrics=metrics, join=join)
+    except (RaftschedError, OSError) as exc:
+        import sys
+        sys.stderr.write(f"error: {getattr(exc, 'code', 'os_error')}: {exc}\n")
+        return 1
+    server = None
+    if node.me.metrics:
+        try:
+            server = serve_metrics(node.me.metrics, metrics, node)
+            _LISTENING_FDS.append(server.socket.fileno())
+        except OSError as exc:
+            log.error("metrics endpoint %s: %s", node.me.metrics, exc)
+            node._release()
+            return 1
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop_now[0] = lambda: loop.call_soon_threadsafe(node.stop)
+        if early_stop:
+            node.stop()
+        await node.run()
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        log.error("node %s could not start: %s", node_id, exc)
+        return 1
+    finally:
+        if server is not None:
+            server.shutdown()
+    return node.exit_code
+
+
+__all__ = ["Node", "run_node"]

@@ -1,0 +1,92 @@
+"""``status``: the cluster as this node sees it, with a one-line health summary."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from raftsched.node import membership
+from raftsched.node.clock import now_ms
+
+if TYPE_CHECKING:
+    from raftsched.core.state import ClusterState
+    from raftsched.node.node import Node
+
+
+def build_status(node: Node) -> dict[str, Any]:
+    """The ``status`` reply (see the README for its fields)."""
+    raft = node.raft
+    raw = raft.status()
+    connected = raft.connected_peers()
+    now = now_ms()
+
+    def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
+                                         dict[str, int], int, dict[str, Any]]:
+        nodes = []
+        for node_id, rec in sorted(st.nodes.items()):
+            addr = next((a for a, n in node.raft_to_id.items() if n == node_id), None)
+            conn = True if node_id == node.node_id else bool(connected.get(addr, False))
+            d = rec.to_dict()
+            member = st.members.get(node_id)
+            d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),
+                     last_seen_ms=rec.last_hb_ms,
+                     removed=member is not None and member.status != "active")
+            nodes.append(d)
+        notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
+                  "pending": len(st.notify.pending)}
+        return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
+                st.applied, notify)
+
+    nodes, leader, jobs, active, totals, applied, notify = raft.read(copy)
+    leader_addr = raft.leader_addr()
+    leader_id = node.raft_to_id.get(leader_addr) if leader_addr else None
+    alive = sum(1 for n in nodes if n["alive"] and n["connected"] and not n["removed"])
+    configured = membership.member_count(node)
+    members = membership.view(node)
+    has_quorum = raft.has_quorum() if configured > 1 else leader_id is not None
+    if leader_id is None or not has_quorum:
+        health = "down"
+        summary = (f"cluster down: no leader seen by {node.node_id} "
+                   f"({alive}/{configured} nodes reachable)")
+    elif alive < configured:
+        health = "degraded"
+        summary = (f"cluster degraded: leader {leader_id} (term {raft.term()}), "
+                   f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+    else:
+        health = "ok"
+        summary = (f"cluster ok: leader {leader_id} (term {raft.term()}), "
+                   f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+    skews = [abs(n["skew_ms"]) for n in nodes if n.get("skew_ms") is not None]
+    if skews and max(skews) > 1000:
+        summary += f"; clock skew up to {max(skews)} ms"
+    if members["joining"]:
+        summary += "; this node waits to be added (started with --join)"
+    if members["problems"]:
+        summary += (f"; membership: {len(members['problems'])} difference(s) to resolve "
+                    f"(see below)")
+    worker = node.worker.statistics()
+    return {
+        "node": node.node_id, "pid": os.getpid(), "cluster_id": node.cluster_id,
+        "leader": leader_id, "leader_addr": leader_addr,
+        "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
+        "jobs": jobs, "active_runs": active, "commit_index": raw.get("commit_idx"),
+        "applied": applied, "totals": totals, "now_ms": now,
+        "leader_record": leader, "notify": notify, "membership": members,
+        # Each member's HTTP API/dashboard address (config; absent: that node serves none).
+        "http": {n.id: n.http for n in node.cfg.nodes if n.http is not None},
+        "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
+                   "started": worker.started, "rejected_starts": worker.rejected_starts,
+                   "shed": worker.shed, "self_fenced": worker.self_fenced},
+    }
+
+
+def quorum_problem(node: Node) -> str | None:
+    """None while this node reaches a quorum (always for a single node); otherwise why
+    not, in words an operator can act on (the ``not_ready`` message of reads and writes)."""
+    configured = membership.member_count(node)
+    if configured <= 1 or node.raft.has_quorum():
+        return None
+    reached = sum(1 for up in node.raft.connected_peers().values() if up)
+    return (f"no quorum: node {node.node_id} reaches {reached} of the {configured - 1} other "
+            f"nodes; the cluster answers only while {configured // 2 + 1} of its {configured} "
+            f"nodes are up and connected")

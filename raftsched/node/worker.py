@@ -1,0 +1,567 @@
+"""The node-local worker pool: runs the runs the leader assigned to this node.
+
+For each run assigned here it waits for the scheduled instant (plus jitter), commits
+``start`` with the run's fence — batched with every other run starting now — and
+executes only the starts the cluster accepted. Outcomes are committed back in
+batched ``finish`` commands. A run waiting for a slot past its grace is reported
+``shed``; a run the cluster cancels is killed; when this node's lease runs out (no
+heartbeat acknowledged for half the node timeout) it stops its own runs, so a run
+the leader releases after the lease's end (:mod:`raftsched.core.lease`) is never
+executing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core.commands import Finish, FinishItem, Start, StartItem
+from raftsched.core.errors import NotReady
+from raftsched.core.trigger import jitter_ms
+from raftsched.node import events
+from raftsched.node.clock import now_ms
+from raftsched.node.executor import Execution, ExecutionResult, RunContext, calls_waiting
+
+if TYPE_CHECKING:
+    from raftsched.core.state import ClusterState
+    from raftsched.node.guard import Guard
+    from raftsched.node.raft import RaftNode
+
+log = logging.getLogger("raftsched.worker")
+
+#: How long one start/finish commit may take before it is retried.
+COMMIT_TIMEOUT_S = 5.0
+#: The longest pause between retries: after an election the held-up starts and
+#: finishes should land within a tick of the new leader, not half a second later.
+RETRY_MAX_S = 0.1
+#: After an instant at which at least QUIET_GROUP runs start here, finishes are held
+#: while the node's call pool still has calls waiting for a thread (mostly that
+#: instant's), and at least QUIET_MS after the instant, but never past QUIET_MAX_MS:
+#: committing (and every node applying) the first finishes while the cluster is still
+#: handing the instant's runs to threads is what made the slow tail of the scheduling
+#: lag. The costs, which is why only big instants get it: a run's ``finished_ms``
+#: (stamped when the finish is submitted) is up to the hold later than its real end,
+#: and a node that crashes during the hold leaves runs that did execute unfinished, so
+#: ``on_node_lost = retry`` runs them again (W2 with 17 runs per node per instant and
+#: a threshold of 16: 6 such re-runs in 10 leader kills).
+QUIET_GROUP = 100
+QUIET_MS = 30
+QUIET_MAX_MS = 250
+QUIET_POLL_S = 0.005
+#: How often a run held for want of a fresh lease looks again.
+LEASE_RECHECK_S = 0.02
+#: Items per start / finish command, each applied under the Raft lock on every node
+#: (issue 13: no hold over 20 ms). A start costs ~4 us to apply, a finish ~10-25 us (its
+#: history, notifications and queued run); 1,600 finishes of W5's minute in one command
+#: held the lock up to 134 ms on a loaded host.
+MAX_START_BATCH = 128
+MAX_FINISH_BATCH = 64
+#: Finish commands of one flush in flight at once.
+FINISH_PIPELINE = 4
+
+
+@dataclass(slots=True, kw_only=True)
+class _Local:
+    run_id: str
+    fence: int
+    job_id: str
+    scheduled_ms: int
+    attempt: int
+    start_at_ms: int
+    grace_ms: int
+    #: Grace counts from the later of the start instant and the assignment: a catch-up
+    #: run is late by design, a run its node reaches seconds after assignment is not.
+    due_ms: int = 0
+    phase: str = "waiting"  # waiting -> starting -> running -> finishing
+    execution: Execution | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatistics:
+    """A snapshot of the pool.
+
+    :var slots: worker slots.
+    :var busy: runs executing.
+    :var waiting: runs assigned here and waiting (for their instant or a slot).
+    :var started: runs started since boot.
+    :var rejected_starts: starts the cluster refused (stale fence).
+    :var shed: runs this node shed for lack of a slot.
+    :var self_fenced: times this node stopped its runs after losing the quorum.
+    """
+
+    slots: int
+    busy: int
+    waiting: int
+    started: int
+    rejected_starts: int
+    shed: int
+    self_fenced: int
+
+
+@dataclass(slots=True)
+class _Counters:
+    started: int = 0
+    rejected: int = 0
+    shed: int = 0
+    self_fenced: int = 0
+
+
+class WorkerPool:
+    """See the module docstring. All methods run on the node's event loop."""
+
+    def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
+                 allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
+                 base_env: dict[str, str], on_started: Any = None, fault: str = "",
+                 prestart_ms: int = 0, fence_grace_s: float | None = None,
+                 guard: Guard | None = None, lease: Callable[[], float] | None = None,
+                 lease_s: float = float("inf")) -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.slots = slots
+        self.tail_bytes = output_tail_bytes
+        self.allowed = allowed_call_prefixes
+        self.kill_grace_s = kill_grace_s
+        # A self-fenced run must be dead before the leader releases it (node timeout),
+        # whatever its SIGTERM handler does: its SIGKILL comes sooner than a stop's.
+        self.fence_grace_s = min(kill_grace_s, fence_grace_s or kill_grace_s)
+        self.guard = guard
+        # lease() is the send time (monotonic) of this node's newest acknowledged
+        # heartbeat; a run is spawned only within lease_s of it (see _may_spawn).
+        self.lease = lease
+        self.lease_s = lease_s
+        self.base_env = base_env
+        self.on_started = on_started
+        self.fault = fault
+        # A run's start is committed up to this long before its instant, then the
+        # worker waits for the instant: commit latency does not become scheduling lag.
+        self.prestart_ms = prestart_ms
+        self.local: dict[str, _Local] = {}
+        self.finish_q: list[FinishItem] = []
+        self.counters = _Counters()
+        self._wake = asyncio.Event()
+        self._finish_wake = asyncio.Event()
+        self._stopping = False
+        #: Set by drain(): nothing new starts here; running runs may finish.
+        self.draining = False
+        self._hurry = asyncio.Event()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        #: Launched runs by their start instant (epoch ms), each group one loop timer.
+        self._at: dict[int, list[_Local]] = {}
+        #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
+        self._quiet_at = 0
+
+    # ------------------------------------------------------------ signals from the node
+
+    def notify(self) -> None:
+        """Something assigned to or cancelled on this node changed (event loop thread)."""
+        self._wake.set()
+
+    def cancel(self, run_id: str) -> None:
+        """The cluster ended a run of ours (replaced, job removed): stop it, report nothing."""
+        loc = self.local.pop(run_id, None)
+        if loc is None:
+            return
+        if loc.execution is not None:
+            loc.execution.stop(self.kill_grace_s)
+        events.emit("run.cancelled", node=self.node_id, run_id=run_id, outcome="cancelled",
+                    fence=loc.fence)
+
+    def self_fence(self, reason: str) -> None:
+        """Stop every running run: this node may have been declared lost."""
+        running = [loc for loc in self.local.values() if loc.execution is not None]
+        if not running:
+            return
+        self.counters.self_fenced += 1
+        for loc in running:
+            loc.execution.stop(self.fence_grace_s, f"self-fenced: {reason}")  # type: ignore[union-attr]
+        log.warning("stopped %d runs: %s", len(running), reason)
+        events.emit("node.self_fenced", node=self.node_id, level=logging.WARNING,
+                    runs=len(running), reason=reason)
+
+    def statistics(self) -> WorkerStatistics:
+        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
+        return WorkerStatistics(slots=self.slots, busy=busy, waiting=len(self.local) - busy,
+                                started=self.counters.started,
+                                rejected_starts=self.counters.rejected, shed=self.counters.shed,
+                                self_fenced=self.counters.self_fenced)
+
+    # ------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        flusher = asyncio.create_task(self._flush_finishes())
+        try:
+            while not self._stopping:
+                delay = self._step()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+        finally:
+            flusher.cancel()
+
+    def _busy(self) -> list[_Local]:
+        return [loc for loc in self.local.values()
+                if loc.phase in ("starting", "running", "finishing")]
+
+    async def drain(self, timeout_s: float) -> None:
+        """A stopping node's first step: start nothing new (the node's heartbeats say
+        it has no slots, so the leader places nothing here), let the runs already
+        started finish for up to ``timeout_s`` (each run is still bounded by its own
+        timeout), stop what is still running after that (recorded ``lost (node
+        stopping)``, so it follows ``on_node_lost``), and commit every outcome before
+        returning (bounded). A run that finished is recorded as what it was: it never
+        runs a second time. :meth:`hurry` cuts the wait short (a second SIGTERM)."""
+        self.draining = True
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        running = [loc for loc in self._busy() if loc.phase != "finishing"]
+        events.emit("node.draining", node=self.node_id, runs=len(running),
+                    timeout_ms=int(timeout_s * 1000))
+        while not self._hurry.is_set() and loop.time() < deadline and any(
+                loc.phase in ("starting", "running") for loc in self._busy()):
+            try:
+                await asyncio.wait_for(self._hurry.wait(), min(0.02, deadline - loop.time()))
+            except TimeoutError:
+                pass
+        left = [loc for loc in self.local.values()
+                if loc.phase == "running" and loc.execution is not None]
+        for loc in left:
+            loc.execution.stop(self.kill_grace_s, "node stopping")  # type: ignore[union-attr]
+        # Their outcomes (lost, or what a killed process reported) and every finish
+        # still queued are committed before the node leaves.
+        flush_until = loop.time() + self.kill_grace_s + 3.0
+        while loop.time() < flush_until and (self.finish_q or self._busy()):
+            await asyncio.sleep(0.02)
+        events.emit("node.drained", node=self.node_id, stopped=len(left),
+                    uncommitted=len(self._busy()),
+                    level=logging.WARNING if left or self._busy() else logging.INFO)
+
+    def hurry(self) -> None:
+        """End a drain now (what runs is stopped and recorded lost)."""
+        self._hurry.set()
+
+    async def stop(self) -> None:
+        """Stop every local run and wait for them (see ``Execution.stop``: a process
+        group is killed, a callable's thread is abandoned). Finishes the flusher has not
+        committed when :meth:`run` ends stay uncommitted; the leader releases those runs
+        when the node restarts or after the node timeout."""
+        self._stopping = True
+        self._wake.set()
+        for loc in list(self.local.values()):
+            if loc.execution is not None:
+                loc.execution.stop(self.kill_grace_s, "node stopping")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.kill_grace_s + 1)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _sync_claims(self, st: ClusterState) -> tuple[list[_Local], list[_Local]]:
+        """Under the state lock (via ``raft.read``): this node's assigned runs not yet
+        known here, as new ``_Local`` records; and the waiting runs whose claim moved
+        on (released, cancelled, reassigned), forgotten here. Bounded by this node's
+        runs."""
+        mine = []
+        for run in st.active_on(self.node_id):
+            if run.state != "assigned":
+                continue
+            known = self.local.get(run.run_id)
+            if known is not None and known.fence == run.fence:
+                continue
+            rec = st.jobs.get(run.job_id)
+            if rec is None:
+                continue
+            spec = rec.spec
+            mine.append(_Local(
+                run_id=run.run_id, fence=run.fence, job_id=run.job_id,
+                scheduled_ms=run.scheduled_ms, attempt=run.attempt,
+                start_at_ms=max(run.scheduled_ms + jitter_ms(
+                    spec.id, run.scheduled_ms, spec.jitter_ms), run.not_before_ms),
+                grace_ms=spec.misfire.grace_ms, due_ms=run.assigned_ms or 0))
+        # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
+        moved = []
+        for run_id, loc in list(self.local.items()):
+            if loc.phase == "waiting":
+                cur = st.runs.get(run_id)
+                if cur is None or cur.node != self.node_id or cur.fence != loc.fence \
+                        or cur.state != "assigned":
+                    del self.local[run_id]
+                    moved.append(loc)
+        return mine, moved
+
+    def _step(self) -> float:
+        """Sync local runs with the state, start what is due; return seconds to sleep."""
+        if not self.raft.ready():
+            # Replaying the journal after a restart: claims seen now may be long gone.
+            return 0.05
+        now = now_ms()
+        mine, moved = self.raft.read(self._sync_claims)
+        for loc in moved:
+            # Outside the lock: a claim this node waited on went elsewhere (typically
+            # while it was paused or cut off); it never runs it here. Said once.
+            self.counters.rejected += 1
+            events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
+                        fence=loc.fence, reason="moved on before its instant",
+                        level=logging.WARNING)
+        for loc in mine:
+            self.local[loc.run_id] = loc
+            if self.fault == "exit_after_claim":
+                # Test-only fault injection (RAFTSCHED_FAULT): die holding the claim.
+                os._exit(137)
+        # A slot is free again as soon as its run has ended; the finish commit that
+        # follows does not hold it.
+        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
+        free = self.slots - busy
+        ready: list[_Local] = []
+        shed: list[_Local] = []
+        next_at: float = 0.5
+        late: list[_Local] = []
+        for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
+                          key=lambda x: x.start_at_ms):
+            if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
+                # Held past its grace (this node was down or frozen): too late to count
+                # as this fire time's run.
+                late.append(loc)
+                continue
+            if loc.start_at_ms > now + self.prestart_ms:
+                next_at = min(next_at, (loc.start_at_ms - self.prestart_ms - now) / 1000)
+                continue
+            if self.draining:
+                continue  # a stopping node starts nothing new
+            if free > 0:
+                ready.append(loc)
+                free -= 1
+            elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
+                shed.append(loc)
+        for loc in late:
+            loc.phase = "finishing"
+            self._finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
+                                              reason="late: past its grace on this node"))
+        for loc in shed:
+            loc.phase = "finishing"
+            self.counters.shed += 1
+            self._finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
+                                              reason="overload"))
+        if ready:
+            for loc in ready:
+                loc.phase = "starting"
+            for k in range(0, len(ready), MAX_START_BATCH):
+                self._spawn(self._start_batch(ready[k:k + MAX_START_BATCH]))
+        return max(next_at, 0.0)
+
+    # ------------------------------------------------------------ start / finish
+
+    async def _commit(self, cmd: Start | Finish, at_floor: int = 0) -> dict[str, Any]:
+        """Submit until committed; retries keep the same items (start/finish are
+        idempotent through fences). ``at`` is stamped at least ``at_floor``."""
+        delay = 0.02
+        while True:
+            cmd = replace(cmd, at=max(now_ms(), at_floor))
+            try:
+                fut = self.raft.submit(cmd)
+                return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
+            except (NotReady, TimeoutError) as exc:
+                if self._stopping:
+                    raise
+                log.debug("%s not committed (%s); retrying", cmd.OP, exc)
+            except Exception as exc:  # noqa: BLE001 - e.g. Overloaded: back off and retry
+                log.debug("%s failed (%s); retrying", cmd.OP, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _start_batch(self, batch: list[_Local]) -> None:
+        items = tuple(StartItem(loc.run_id, loc.fence) for loc in batch)
+        try:
+            # Claimed up to prestart_ms early, the start takes effect (and is recorded)
+            # at the runs' instant: the commit's latency never shows as lag.
+            reply = await self._commit(Start(node=self.node_id, items=items, at=0),
+                                       at_floor=min(loc.start_at_ms for loc in batch))
+        except Exception:  # noqa: BLE001 - stopping
+            return
+        results = reply.get("results", []) if reply.get("ok") else []
+        for loc, res in zip(batch, results, strict=False):
+            accepted = bool(res and res[0])
+            if not accepted:
+                accepted = self._started_by_us(loc)
+            if not accepted or self.local.get(loc.run_id) is not loc:
+                self.local.pop(loc.run_id, None)
+                # The refusal itself is logged once, as run.start_rejected, by the node.
+                self.counters.rejected += 1
+                continue
+            self._launch(loc)
+        self._wake.set()
+
+    def _started_by_us(self, loc: _Local) -> bool:
+        """A retried start whose first try did commit is refused the second time."""
+        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
+
+    def _launch(self, loc: _Local) -> None:
+        spec = self.raft.read(lambda st: st.jobs[loc.job_id].spec if loc.job_id in st.jobs
+                              else None)
+        if spec is None:
+            self.local.pop(loc.run_id, None)
+            return
+        loc.phase = "running"
+        ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
+                         fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
+        loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
+                                  tail_bytes=self.tail_bytes, allowed=self.allowed,
+                                  kill_grace_s=self.kill_grace_s, guard=self.guard)
+        # One timer per start instant, not one sleeping task per run: a thousand runs
+        # due at the same second then cost one wake-up.
+        group = self._at.get(loc.start_at_ms)
+        if group is None:
+            group = self._at[loc.start_at_ms] = []
+            loop = asyncio.get_running_loop()
+            loop.call_at(loop.time() + max(0, loc.start_at_ms - now_ms()) / 1000,
+                         self._fire, loc.start_at_ms)
+        group.append(loc)
+
+    def _fire(self, at_ms: int) -> None:
+        if now_ms() < at_ms:
+            # Never before the scheduled instant (the loop's clock is not the wall clock).
+            asyncio.get_running_loop().call_later((at_ms - now_ms()) / 1000, self._fire, at_ms)
+            return
+        group = self._at.pop(at_ms, ())
+        if len(group) >= QUIET_GROUP:
+            # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
+            self._quiet_at = max(self._quiet_at, at_ms)
+        for loc in group:
+            try:
+                self._begin(loc)
+            except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
+                log.exception("run %s could not begin", loc.run_id)
+                if self.local.get(loc.run_id) is loc and loc.phase != "finishing":
+                    loc.phase = "finishing"
+                    self._finish(loc, ExecutionResult(
+                        outcome="failed", exit_code=None, tail="",
+                        reason=f"could not begin: {type(exc).__name__}"[:200]))
+
+    def _may_spawn(self, loc: _Local) -> bool | None:
+        """May this run's process start now? True: yes. None: not yet (no fresh lease).
+        False: never (the cluster moved the run on while this node was away).
+
+        The start was committed up to ``prestart_ms`` ago; a node paused since (SIGSTOP,
+        a frozen VM) may meanwhile have been declared lost and the run handed to another
+        node with a new fence. A fresh lease — a heartbeat the cluster acknowledged
+        within ``lease_s``, sent after the pause — proves this replica has applied
+        everything committed before it, so the run's record here is current; and the
+        leader releases a node's started runs only after the lease of its newest
+        committed heartbeat has ended (``lease_s``, then this node's self-fence and its
+        guard: :mod:`raftsched.core.lease`), so a run released meanwhile was never
+        spawned here, or is dead."""
+        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+            return None
+        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
+
+    def _await_lease(self, loc: _Local) -> None:
+        """Re-check a run held for want of a fresh lease, until its grace is over."""
+        if self.local.get(loc.run_id) is not loc or loc.phase != "running":
+            return
+        if now_ms() - loc.start_at_ms > loc.grace_ms:
+            loc.phase = "finishing"
+            self._finish(loc, ExecutionResult(
+                outcome="lost", exit_code=None, tail="",
+                reason="no lease: this node could not reach the cluster at its instant"))
+            return
+        self._begin(loc)
+
+    def _begin(self, loc: _Local) -> None:
+        assert loc.execution is not None
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster while waiting: it never ran
+        if loc.execution.stopped:
+            loc.phase = "finishing"
+            self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                              reason=loc.execution.stop_reason))
+            return
+        may = self._may_spawn(loc)
+        if may is None:
+            asyncio.get_running_loop().call_later(LEASE_RECHECK_S, self._await_lease, loc)
+            return
+        if not may:
+            # Released and handed on (new fence) while this node was away: its new
+            # holder runs it; this node never does, and reports nothing.
+            self.local.pop(loc.run_id, None)
+            self.counters.rejected += 1
+            events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
+                        fence=loc.fence, reason="moved on before its instant",
+                        level=logging.WARNING)
+            return
+        lag_ms = now_ms() - loc.scheduled_ms
+        self.counters.started += 1
+        if self.on_started is not None:
+            self.on_started(lag_ms / 1000)
+        events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
+                    attempt=loc.attempt, lag_ms=lag_ms)
+        runner = loc.execution.start(lambda result: self._ended(loc, result))
+        if runner is not None:
+            self._tasks.add(runner)
+            runner.add_done_callback(self._tasks.discard)
+
+    def _ended(self, loc: _Local, result: ExecutionResult) -> None:
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster meanwhile: its finish would be refused
+        loc.phase = "finishing"
+        self._finish(loc, result)
+
+    def _finish(self, loc: _Local, result: ExecutionResult) -> None:
+        self.finish_q.append(FinishItem(loc.run_id, loc.fence, result.outcome,
+                                        result.exit_code, result.tail, result.reason))
+        events.emit("run.finished", node=self.node_id, run_id=loc.run_id,
+                    outcome=result.outcome, fence=loc.fence, attempt=loc.attempt,
+                    exit_code=result.exit_code, reason=result.reason)
+        self._finish_wake.set()
+
+    async def _quiet(self) -> None:
+        """Hold finishes in the quiet after a big instant (see QUIET_MS). Bounded by
+        QUIET_MAX_MS from the instant, whichever way the wall clock steps meanwhile."""
+        since = now_ms() - self._quiet_at
+        if not 0 <= since < QUIET_MAX_MS:
+            return
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        give_up = t0 + (QUIET_MAX_MS - since) / 1000
+        while calls_waiting() and loop.time() < give_up:
+            await asyncio.sleep(QUIET_POLL_S)
+        hold = min(QUIET_MS - since - (loop.time() - t0) * 1000,
+                   (give_up - loop.time()) * 1000)
+        if hold > 0:
+            await asyncio.sleep(hold / 1000)
+
+    async def _flush_finishes(self) -> None:
+        while True:
+            await self._finish_wake.wait()
+            self._finish_wake.clear()
+            if not self.finish_q:
+                continue
+            await self._quiet()
+            batch, self.finish_q = self.finish_q, []
+            chunks = [tuple(batch[k:k + MAX_FINISH_BATCH])
+                      for k in range(0, len(batch), MAX_FINISH_BATCH)]
+            # Refused items (stale fence) are logged by the node from the effect.
+            for w in range(0, len(chunks), FINISH_PIPELINE):
+                done = await asyncio.gather(
+                    *(self._commit(Finish(node=self.node_id, items=c, at=0))
+                      for c in chunks[w:w + FINISH_PIPELINE]), return_exceptions=True)
+                if any(isinstance(d, BaseException) for d in done):
+                    return  # stopping
+            for item in batch:
+                self.local.pop(item.run_id, None)
+            self._wake.set()
+
+def _holds_started(loc: _Local, node_id: str, st: ClusterState) -> bool:
+    """Is ``loc``'s run started on ``node_id`` under its fence (the claim still ours)?"""
+    run = st.runs.get(loc.run_id)
+    return (run is not None and run.state == "started" and run.node == node_id
+            and run.fence == loc.fence)

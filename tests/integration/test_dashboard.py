@@ -1,0 +1,230 @@
+"""The web dashboard in a real browser: Debian's headless Chromium driven by Selenium
+(through Debian's chromedriver; nothing is downloaded) against a real 3-node cluster.
+
+It loads the overview from a follower, sees the members and the jobs (schedules in
+words, next fire times, last outcomes), clicks pause and trigger and checks the
+cluster through the API, opens a job's page (run timeline, fire times with DST days),
+then SIGKILLs the leader and sees the live feed report the new leader and the runs
+after it. A read-only token gets no buttons. Screenshots go to the test's temporary
+dir, or to ``$RAFTSCHED_SCREENSHOT_DIR`` (docs/ holds the README's).
+
+The test skips, saying why, only when no Chromium/chromedriver is installed (``.ci/run``
+installs them from Debian's packages when it runs as root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.harness import Cluster, wait_until
+from tests.integration.httputil import http_cluster, request, tokens, wait_serving
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SECRET = "dashboard-test-secret-0123456789"
+TOK = tokens(SECRET)
+CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+                 if os.path.exists(p)), None)
+CHROMEDRIVER = shutil.which("chromedriver") or (
+    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
+#: How long the page may take to show something (a loaded 2-core machine: generous).
+UI_S = 30
+
+if CHROMIUM is None or CHROMEDRIVER is None:
+    pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
+                "(`apt-get install -y chromium chromium-driver`; .ci/run does when root)",
+                allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402 - after the skip: only with a browser
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+JOBS = [
+    {"id": "tick", "schedule": {"every": "1s"}, "command": ["sh", "-c", "echo tick $RAFTSCHED_RUN_ID"]},
+    {"id": "flaky", "schedule": {"every": "3s"}, "command": ["sh", "-c", "echo boom >&2; exit 3"]},
+    {"id": "nightly-backup", "schedule": {"cron": "30 2 * * *", "tz": "Europe/Berlin"},
+     "command": ["true"]},
+    {"id": "report", "schedule": {"at": "2099-01-01T00:00:00Z"}, "command": ["echo", "report"]},
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with http_cluster("rs-dash-", SECRET) as c:
+        for spec in JOBS:
+            status, body, _ = request(c.http["n1"], "PUT", f"/api/v1/jobs/{spec['id']}",
+                                      TOK["admin"], spec)
+            assert status in (200, 201), body
+        yield c
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1500,1000", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(UI_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots() -> Iterator[str]:
+    out = os.environ.get("RAFTSCHED_SCREENSHOT_DIR")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        yield out
+    else:
+        with tempfile.TemporaryDirectory(prefix="rs-shots-") as tmp:
+            yield tmp
+
+
+def texts(driver: Any, css: str) -> list[str]:
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+
+
+def cell(driver: Any, job: str, css: str) -> str:
+    found = driver.find_elements(By.CSS_SELECTOR, f'#jobs tr[data-job="{job}"] {css}')
+    return found[0].text if found else ""
+
+
+def api(cluster: Cluster, path: str) -> Any:
+    status, body, _ = request(cluster.http["n1"], "GET", path, TOK["read"])
+    assert status == 200, body
+    return body
+
+
+def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
+        cluster: Cluster, browser: Any, shots: str) -> None:
+    leader = cluster.wait_leader()
+    follower = next(n for n in cluster.ids if n != leader)
+    base = f"http://{cluster.http[follower]}/"
+    browser.get(base + f"#token={TOK['admin']}")
+    # The token left the address bar at once (it stays in the tab's session storage).
+    wait_until(lambda: "token=" not in browser.current_url, UI_S, "the token out of the URL")
+    wait_until(lambda: browser.find_element(By.ID, "health").text == "ok", UI_S,
+               "the overview's health ok")
+    assert browser.find_element(By.ID, "role").text == "admin"
+    assert browser.find_element(By.ID, "leader").text == leader
+    wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#members tbody tr")) == 3,
+               UI_S, "three members listed")
+    wait_until(lambda: cell(browser, "nightly-backup", ".schedule")
+               == "At 02:30 (Europe/Berlin)", UI_S, "the cron schedule in words")
+    assert cell(browser, "tick", ".schedule") == "every second"
+    wait_until(lambda: cell(browser, "tick", ".last") == "succeeded", UI_S,
+               "tick's last outcome")
+    wait_until(lambda: cell(browser, "flaky", ".last") == "failed", UI_S,
+               "flaky's last outcome")
+    assert cell(browser, "nightly-backup", ".next").endswith(")")  # "<time> (in ...)"
+    assert len(browser.find_elements(
+        By.CSS_SELECTOR, '#jobs tr[data-job="nightly-backup"] .later')) == 2  # then ..., then ...
+
+    # Pause from the page; the cluster says so, and the page too.
+    browser.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="nightly-backup"] button.pause').click()
+    wait_until(lambda: api(cluster, "/api/v1/jobs/nightly-backup")["paused"] is True, UI_S,
+               "the pause committed")
+    wait_until(lambda: cell(browser, "nightly-backup", ".paused-cell") == "yes", UI_S,
+               "the page shows it paused")
+    # Trigger a job that would not run before 2099: the run happens, the feed shows it.
+    browser.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="report"] button.trigger').click()
+    wait_until(lambda: any(r["state"] == "succeeded"
+                           for r in api(cluster, "/api/v1/jobs/report/runs")["runs"]),
+               UI_S, "the triggered run of report succeeded")
+    wait_until(lambda: browser.find_elements(
+        By.CSS_SELECTOR, '#feed li[data-event="run.ended"][data-job="report"]'), UI_S,
+        "the live feed shows report's run")
+    wait_until(lambda: cell(browser, "report", ".last") == "succeeded", UI_S,
+               "report's last outcome on the page")
+    browser.save_screenshot(os.path.join(shots, "dashboard-overview.png"))
+
+    # A job's page: fire times with the zone and DST days, the run timeline.
+    browser.get(base + "#/jobs/nightly-backup")
+    wait_until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#fires tbody tr")) == 10,
+               UI_S, "ten fire times")
+    assert browser.find_element(By.ID, "fires-zone").text == "Europe/Berlin"
+    assert browser.find_element(By.ID, "job-title").get_attribute("data-paused") == "yes"
+    browser.find_element(By.ID, "job-resume").click()
+    wait_until(lambda: api(cluster, "/api/v1/jobs/nightly-backup")["paused"] is False, UI_S,
+               "resumed from its page")
+    browser.get(base + "#/jobs/flaky")
+    wait_until(lambda: browser.find_element(By.ID, "job-title").text == "flaky" and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 2,
+               UI_S, "flaky's runs on the timeline")
+    states = [e.get_attribute("data-state")
+              for e in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
+    assert "failed" in states, states
+    assert "exit 3" in texts(browser, "#runs tbody td.reason")
+    browser.get(base + "#/jobs/tick")
+    wait_until(lambda: browser.find_element(By.ID, "job-title").text == "tick"
+               and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 5,
+               UI_S, "tick's runs on the timeline")
+    lefts = {e.value_of_css_property("left")
+             for e in browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")}
+    assert len(lefts) >= 5, lefts  # spread along the time axis, not stacked
+    browser.save_screenshot(os.path.join(shots, "dashboard-job.png"))
+
+    # SIGKILL the leader: the follower's page keeps its feed and shows the new leader,
+    # then runs under it.
+    browser.get(base + "#/")
+    wait_until(lambda: browser.find_element(By.ID, "feed-state").text == "live", UI_S,
+               "the feed connected")
+    cluster.kill(leader)
+    killed_at = time.time()
+
+    def new_leader_in_feed() -> bool:
+        return any("leader is now " in t and leader not in t and "none" not in t
+                   for t in texts(browser, '#feed li[data-event="leader.changed"]'))
+
+    wait_until(new_leader_in_feed, 60, "the feed reporting a new leader")
+
+    def tick_after_new_leader() -> bool:
+        items = browser.find_elements(By.CSS_SELECTOR, "#feed li")  # newest first
+        events = [(e.get_attribute("data-event"), e.get_attribute("data-job")) for e in items]
+        first_leader = next(i for i, (ev, _) in enumerate(events) if ev == "leader.changed")
+        return ("run.ended", "tick") in events[:first_leader]
+
+    wait_until(tick_after_new_leader, 60, "tick's runs in the feed after the new leader")
+    wait_until(lambda: browser.find_element(By.ID, "leader").text not in ("", leader, "none"),
+               UI_S, "the overview naming the new leader")
+    wait_until(lambda: browser.find_element(By.ID, "health").text == "degraded", UI_S,
+               "the overview degraded")
+    assert time.time() - killed_at < 60
+    browser.save_screenshot(os.path.join(shots, "dashboard-failover.png"))
+    cluster.start(leader)
+    wait_serving(cluster.http[leader])
+
+
+def test_a_read_only_token_gets_no_buttons_and_a_bad_one_the_form(
+        cluster: Cluster, browser: Any) -> None:
+    cluster.wait_leader()
+    node = next(n for n in cluster.ids if cluster.alive(n))
+    wait_serving(cluster.http[node], UI_S)
+    base = f"http://{cluster.http[node]}/"
+    browser.get(base + "#/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + f"#token={TOK['read']}")
+    wait_until(lambda: browser.find_element(By.ID, "role").text == "read-only", UI_S,
+               "the read-only role shown")
+    wait_until(lambda: cell(browser, "tick", ".schedule") == "every second", UI_S, "jobs")
+    buttons = browser.find_elements(By.CSS_SELECTOR, "#jobs button")
+    assert buttons and not any(b.is_displayed() for b in buttons)
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + "#token=" + "0" * 64)
+    wait_until(lambda: browser.find_element(By.ID, "login").is_displayed(), UI_S,
+               "the token form after a wrong token")
+    assert "bearer" in browser.find_element(By.ID, "login-error").text.lower()
+    browser.find_element(By.ID, "token-input").send_keys(TOK["admin"])
+    browser.find_element(By.CSS_SELECTOR, "#token-form button").click()
+    wait_until(lambda: browser.find_element(By.ID, "role").text == "admin", UI_S,
+               "admin after pasting the token")

@@ -1,0 +1,105 @@
+"""Issue 12 item 14: small things a new user met in the first hour."""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from importlib.metadata import version
+
+import pytest
+
+from raftsched.core.errors import InvalidSpec
+from raftsched.core.model import JobSpec
+from raftsched.faces import cli
+from raftsched.faces.embedded import Scheduler
+from raftsched.node import events
+
+
+def _text_line(kind: str, **kw: object) -> str:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(events.TextFormatter())
+    log = logging.getLogger("raftsched.events")
+    old_level, old_prop = log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    try:
+        events.emit(kind, node="n1", **kw)  # type: ignore[arg-type]
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_prop
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["job.put", "job.paused", "job.removed", "job.resumed"])
+def test_text_log_format_names_the_job_of_job_events(kind: str) -> None:
+    line = _text_line(kind, job_id="nightly")
+    assert kind in line and "job=nightly" in line
+
+
+def test_text_log_format_keeps_run_and_does_not_repeat_its_job() -> None:
+    line = _text_line("run.started", run_id="hello@1000", fence=3)
+    assert "run=hello@1000" in line and "job=" not in line and "fence=3" in line
+
+
+def _tick(ctx: object) -> None:  # pragma: no cover - never called
+    pass
+
+
+@pytest.mark.parametrize("func", [None, functools.partial(_tick), 42, lambda ctx: None])
+def test_add_job_with_something_not_importable_is_invalid_spec_naming_call(func: object,
+                                                                           tmp_path) -> None:
+    sched = Scheduler(data_dir=str(tmp_path / "d"))  # never started: refused before any I/O
+    with pytest.raises(InvalidSpec) as info:
+        sched.add_job(func, id="x", schedule={"every": "1s"})
+    assert info.value.field == "call"
+    assert "AttributeError" not in str(info.value)
+
+
+def test_version_flag_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"raftsched {version('raftsched')}"
+
+
+@pytest.mark.parametrize("spec,field,hint", [
+    ({"id": "a", "schedule": {"every": "1s"}, "comand": ["true"]}, "comand", "command"),
+    ({"id": "a", "schedule": {"evry": "1s"}, "command": ["true"]}, "schedule.evry", "every"),
+    ({"id": "a", "schedule": {"every": "1s"}, "command": ["true"],
+      "misfire": {"polcy": "once"}}, "misfire.polcy", "policy"),
+    ({"id": "a", "schedule": {"every": "1s"}, "command": ["true"],
+      "retries": {"max": 1, "bakoff": "1s"}}, "retries.bakoff", "backoff"),
+])
+def test_job_spec_typos_get_did_you_mean(spec: dict, field: str, hint: str) -> None:
+    with pytest.raises(InvalidSpec) as info:
+        JobSpec.from_spec(spec)
+    assert info.value.field == field
+    assert f"did you mean {hint!r}?" in str(info.value)
+
+
+def test_job_spec_unknown_field_far_from_any_gets_no_hint() -> None:
+    with pytest.raises(InvalidSpec) as info:
+        JobSpec.from_spec({"id": "a", "schedule": {"every": "1s"}, "command": ["true"],
+                           "zzzzzzzz": 1})
+    assert "did you mean" not in str(info.value)
+
+
+def test_errors_keep_their_fields_across_the_wire() -> None:
+    from raftsched.core.errors import (
+        Conflict,
+        InvalidArgument,
+        InvalidSpec,
+        LimitExceeded,
+        UnknownJob,
+        from_wire,
+    )
+    for err, attr in ((InvalidSpec("schedule.at", "is 5m in the past"), "field"),
+                      (InvalidArgument("specs", "must be a list"), "field"),
+                      (Conflict("j1", "previous run still active"), "subject"),
+                      (LimitExceeded("max_jobs", "full"), "limit"),
+                      (UnknownJob("nightly"), "job_id")):
+        back = from_wire(err.to_wire())
+        assert type(back) is type(err) and str(back) == str(err)
+        assert getattr(back, attr) == getattr(err, attr)

@@ -1,0 +1,109 @@
+"""Issue 13: a node's start and finish commands are bounded (each is applied under the
+Raft lock on every node). The real WorkerPool runs here on a fake replica that answers
+at once: a burst of starts becomes commands of at most MAX_START_BATCH runs, a burst of
+finishes commands of at most MAX_FINISH_BATCH items, at most FINISH_PIPELINE in flight;
+every item is sent once."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any
+
+import pytest
+
+from raftsched.core.commands import Finish, FinishItem, Start
+from raftsched.core.state import ClusterState
+from raftsched.node import worker
+from raftsched.node.clock import now_ms
+from raftsched.node.worker import WorkerPool
+from tests.unit.stateutil import ok
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FakeRaft:
+    def __init__(self, st: ClusterState | None = None) -> None:
+        self.st = st
+        self.sent: list[Any] = []
+        self.flying = 0
+        self.most_flying = 0
+
+    def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
+        self.sent.append(cmd)
+        self.flying += 1
+        self.most_flying = max(self.most_flying, self.flying)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        loop = asyncio.get_running_loop()
+
+        def answer() -> None:
+            self.flying -= 1
+            # Starts refused (the runs are then forgotten here: nothing is executed).
+            fut.set_result({"ok": True, "results": [[isinstance(cmd, Finish), i.fence]
+                                                    for i in cmd.items]})
+        loop.call_later(0.001, answer)
+        return fut
+
+    def ready(self) -> bool:
+        return True
+
+    def read(self, fn: Any) -> Any:
+        return fn(self.st)
+
+
+def test_a_burst_of_finishes_is_sent_in_bounded_commands() -> None:
+    raft = FakeRaft()
+    n = 5 * worker.MAX_FINISH_BATCH + 17
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=n,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
+        pool.finish_q = [FinishItem(f"j{i}@1000", i + 1, "succeeded", 0, "", "")
+                         for i in range(n)]
+        pool._finish_wake.set()
+        task = asyncio.create_task(pool._flush_finishes())
+        for _ in range(500):
+            await asyncio.sleep(0.005)
+            if not pool.finish_q and sum(len(c.items) for c in raft.sent) == n \
+                    and raft.flying == 0:
+                break
+        task.cancel()
+
+    asyncio.run(main())
+    sizes = [len(c.items) for c in raft.sent]
+    assert max(sizes) == worker.MAX_FINISH_BATCH and sum(sizes) == n
+    assert sorted(i.run_id for c in raft.sent for i in c.items) == \
+        sorted(f"j{i}@1000" for i in range(n))
+    assert raft.most_flying == worker.FINISH_PIPELINE
+
+
+def test_a_burst_of_starts_is_sent_in_bounded_commands() -> None:
+    n = 2 * worker.MAX_START_BATCH + 9
+    at = now_ms()
+    st = ClusterState()
+    ok(st, {"op": "leader", "at": at, "node": "n1", "term": 1})
+    ok(st, {"op": "heartbeat", "at": at, "node": "n1", "boot": 1, "slots": n, "queue": 0,
+            "tags": [], "api": ""})
+    ok(st, {"op": "put_jobs", "at": at - 60_000, "specs": [
+        {"id": f"j{i}", "schedule": {"every": "1h"}, "command": ["true"]} for i in range(n)]})
+    fire = st.jobs["j0"].next_ms
+    ok(st, {"op": "plan", "at": at, "fires": [["run", f"j{i}", fire, "n1", False]
+                                              for i in range(n)]})
+    raft = FakeRaft(st)
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=n,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
+                          prestart_ms=10 ** 10)  # every run is startable now
+        pool._step()
+        for _ in range(500):
+            await asyncio.sleep(0.005)
+            if sum(len(c.items) for c in raft.sent) == n and raft.flying == 0:
+                break
+
+    asyncio.run(main())
+    assert all(isinstance(c, Start) for c in raft.sent)
+    sizes = [len(c.items) for c in raft.sent]
+    assert max(sizes) == worker.MAX_START_BATCH and sum(sizes) == n
+    assert sorted(i.run_id for c in raft.sent for i in c.items) == \
+        sorted(f"j{i}@{fire}" for i in range(n))
