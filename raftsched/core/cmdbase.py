@@ -15,8 +15,12 @@ from raftsched.core.packing import packb
 
 #: Version of replicated commands written by this code. 2: every leader-only command
 #: (``leader``, ``plan``, ``release``) carries its proposer's term and node, checked
-#: against the log entry's own term (a v1 ``release`` had neither).
+#: against the log entry's own term (a v1 ``release`` had neither); and a client
+#: command refused under a request id has its refusal remembered like a success (a v1
+#: refusal was not, so a late copy of the request could still apply).
 COMMAND_VERSION = 2
+#: The first version whose refusals are remembered (see ``COMMAND_VERSION``).
+REFUSAL_REMEMBERED_VERSION = 2
 #: 3: a put of an ``at`` schedule whose instant has passed runs it within its grace and
 #: refuses it beyond (v2 accepted it and never ran it), and ``delete_job`` may carry
 #: ``if_done``. Written only by the commands that need it (:meth:`Command.written`), so
@@ -209,7 +213,7 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 
 __all__ = [
     "COMMAND_VERSION", "COMMAND_VERSIONS", "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH",
-    "PAST_AT_VERSION", "ClientCommand", "Command", "any_past_at", "base_fields",
+    "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand", "Command", "any_past_at", "base_fields",
     "bool_field", "client_fields", "int_field", "is_int", "items_field", "job_field",
     "node_field", "opt_limit", "str_field", "term_field",
 ]

@@ -27,6 +27,7 @@ from typing import Any
 from raftsched.core import apply as declarative
 from raftsched.core import claims, members, notify
 from raftsched.core.claims import MAX_ACTIVE_PER_JOB
+from raftsched.core.cmdbase import REFUSAL_REMEMBERED_VERSION
 from raftsched.core.commands import (
     MAX_AT_MS,
     MAX_PUT_BATCH,
@@ -175,7 +176,18 @@ class ClusterState:
                 parsed = cls.from_wire(cmd)
             elif isinstance(parsed, RaftschedError):
                 raise parsed
-            reply = handler(self, parsed)
+            try:
+                reply = handler(self, parsed)
+            except RaftschedError as exc:
+                reply = {"ok": False, "error": exc.to_wire()}
+                if rid is not None and parsed.v >= REFUSAL_REMEMBERED_VERSION:
+                    # A copy of this request still in flight (a node's retry, a forward
+                    # over a slow link) may commit after the client heard this refusal
+                    # and went on: it must get the same answer, not be applied against
+                    # a state the client has changed since (a late ``delete`` of a job
+                    # absent then would delete the job put since).
+                    self._remember(rid, reply)
+                return reply
             if rid is not None:
                 self._remember(rid, reply)
             return reply

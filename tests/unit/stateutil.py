@@ -23,6 +23,15 @@ def from_leader(st: ClusterState, cmd: Any) -> Any:
     return cmd
 
 
+def forget_refusal(st: ClusterState, cmd: Any, reply: dict[str, Any]) -> None:
+    """Drop the refusal ``st`` remembered under ``cmd``'s request id (a v2+ refusal is
+    remembered so a late copy of the request changes nothing; apart from that reply a
+    refused command changes nothing, which the caller then checks)."""
+    rid = cmd.get("rid") if isinstance(cmd, dict) else getattr(cmd, "rid", None)
+    if isinstance(rid, str) and st.dedupe.get(rid) == reply:
+        del st.dedupe[rid]
+
+
 def ok(st: ClusterState, cmd: Any) -> dict[str, Any]:
     """Apply ``cmd`` (a plan or release from the current leader unless it says
     otherwise), which must be accepted."""

