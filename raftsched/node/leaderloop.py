@@ -202,7 +202,7 @@ class LeaderLoop:
         if not seeded:
             # A new cluster (or one upgraded from a release without it): its membership
             # starts as the config file's (members compare their files at boot).
-            await self._commit(membership.seed_command(self.node, now_ms()))
+            await self._commit(membership.seed_command(self.node.cfg, now_ms()))
         self.since_ms, self.since_mono = since, time.monotonic()
         self.last_tick = self.since_mono
         self.last_record = self.since_mono

@@ -38,8 +38,12 @@ from raftsched.node import events
 from raftsched.node.config import _NODE_ID_RE, split_addr
 
 if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
     from raftsched.core.state import ClusterState
+    from raftsched.node.config import ClusterConfig
     from raftsched.node.node import Node
+    from raftsched.node.raft import RaftNode
 
 #: How long one pysyncobj membership change may take (the new node catching up on the
 #: log or a snapshot counts: the entry commits once a majority of the new set has it).
@@ -52,17 +56,19 @@ REACH_RECHECK_S = 3.0
 DRAIN_WAIT_S = 60.0
 
 
-def seed_command(node: Node, at: int) -> Member:
-    """The command the first leader commits when the state has no members yet."""
+def seed_command(cfg: ClusterConfig, at: int) -> Member:
+    """The command the first leader commits when the state has no members yet (the
+    members of the config file ``cfg``)."""
     return Member(action="seed", at=at, members=tuple(
-        {"node": n.id, "raft": n.raft, "api": n.api} for n in node.cfg.nodes))
+        {"node": n.id, "raft": n.raft, "api": n.api} for n in cfg.nodes))
 
 
-def refresh_ids(node: Node) -> None:
+def refresh_ids(raft: RaftNode, raft_to_id: MutableMapping[str, str]) -> None:
     """Raft address -> node id for every member the state knows (removed ones too, so
-    they keep their names), over the config file's."""
-    extra = node.raft.read(lambda st: {m.raft: m.node_id for m in st.members.values()})
-    node.raft_to_id.update(extra)
+    they keep their names), over the config file's: updates ``raft_to_id`` in place
+    (the node's one map, which the other parts hold)."""
+    extra = raft.read(lambda st: {m.raft: m.node_id for m in st.members.values()})
+    raft_to_id.update(extra)
 
 
 def member_copies(st: ClusterState) -> list[MemberRecord]:
@@ -70,10 +76,10 @@ def member_copies(st: ClusterState) -> list[MemberRecord]:
     return [MemberRecord.from_row(m.to_row()) for m in st.members.values()]
 
 
-def member_count(node: Node) -> int:
+def member_count(raft: RaftNode, cfg: ClusterConfig) -> int:
     """Voting members: the replicated membership once seeded, else the config's."""
-    n = node.raft.read(lambda st: len(core_members.active(st)))
-    return n or len(node.cfg.nodes)
+    n = raft.read(lambda st: len(core_members.active(st)))
+    return n or len(cfg.nodes)
 
 
 def _args(args: dict[str, Any]) -> tuple[str, str, str]:
@@ -170,11 +176,11 @@ async def add_node(node: Node, args: dict[str, Any]) -> dict[str, Any]:
                   f"ID`); --force adds it anyway"))
     reply = await node.writes.submit(Member(action="add", node=node_id, raft=raft_addr,
                                             api=api, at=0), args.get("rid"))
-    refresh_ids(node)
+    refresh_ids(node.raft, node.raft_to_id)
     await _raft_change(node, "add", raft_addr)
     events.emit("member.added", node=node.node_id, member=node_id, raft=raft_addr, api=api)
     return {"node": node_id, "raft": raft_addr, "api": api, "status": reply["status"],
-            "members": member_count(node)}
+            "members": member_count(node.raft, node.cfg)}
 
 
 async def remove_node(node: Node, args: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +222,7 @@ async def remove_node(node: Node, args: dict[str, Any]) -> dict[str, Any]:
                                         api=rec.api, at=0), args.get("rid"))
     events.emit("member.removed", node=node.node_id, member=node_id, raft=rec.raft)
     return {"node": node_id, "raft": rec.raft, "status": core_members.REMOVED,
-            "members": member_count(node)}
+            "members": member_count(node.raft, node.cfg)}
 
 
 async def _runs_ended(node: Node, node_id: str, wait_s: float) -> None:
@@ -246,13 +252,13 @@ async def _leadership_off(node: Node, node_id: str) -> None:
         await asyncio.sleep(0.05)
 
 
-def view(node: Node) -> dict[str, Any]:
+def view(raft: RaftNode, config: ClusterConfig) -> dict[str, Any]:
     """``status``'s membership: the replicated one, the config file's, pysyncobj's
     voting set, and one sentence per difference saying what to do."""
-    recs = node.raft.read(lambda st: [m.to_dict() for _, m in sorted(st.members.items())])
-    voting = sorted(node.raft.raft_members())
-    cfg = {n.id: n for n in node.cfg.nodes}
-    source = node.cfg.source
+    recs = raft.read(lambda st: [m.to_dict() for _, m in sorted(st.members.items())])
+    voting = sorted(raft.raft_members())
+    cfg = {n.id: n for n in config.nodes}
+    source = config.source
     problems: list[str] = []
     if recs:
         by_id = {m["node_id"]: m for m in recs}
@@ -282,4 +288,4 @@ def view(node: Node) -> dict[str, Any]:
                                 f"`raftsched cluster add-node {nid} --raft {conf.raft} --api "
                                 f"{conf.api}`, or delete its [[nodes]] table")
     return {"members": recs, "config": sorted(cfg), "voting": voting,
-            "joining": node.raft.joining(), "problems": problems}
+            "joining": raft.joining(), "problems": problems}

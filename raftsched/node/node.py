@@ -65,7 +65,7 @@ from raftsched.node.loopsnapshot import LoopSnapshot
 from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
 from raftsched.node.reads import ReadBarrier
 from raftsched.node.secrets import SecretSource
-from raftsched.node.status import build_status, quorum_problem
+from raftsched.node.status import StatusView
 from raftsched.node.worker import WorkerPool, WorkerStatistics
 from raftsched.node.writes import ClientWrites
 from raftsched.wire.api import ApiServer
@@ -185,15 +185,19 @@ class Node:
         self.backups = Backups()
         self.notifier = notifier.Notifier(self)
         self.reads = ReadBarrier(self.raft, node_id)
+        # The cluster id is read at each request: a secret rotation changes it.
+        status = StatusView(raft=self.raft, cfg=cfg, node_id=node_id,
+                            raft_to_id=self.raft_to_id, cluster_id=lambda: self.cluster_id,
+                            worker_statistics=self.worker.statistics)
         self.writes = ClientWrites(
-            raft=self.raft, quorum_problem=functools.partial(quorum_problem, self),
+            raft=self.raft, quorum_problem=status.quorum_problem,
             quorum_grace_s=max(cfg.timing.election_timeout_max_ms / 1000, 0.5))
         self.jobs = JobOps(raft=self.raft, writes=self.writes, reads=self.reads,
                            limits=cfg.limits,
                            allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes)
         cluster = ClusterOps(raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg,
                              node_ids=self.raft_to_id.values,
-                             build_status=functools.partial(build_status, self))
+                             build_status=status.build)
         #: The API operations, by name: one explicit table (the API router is handle()).
         self.ops: dict[str, Op] = {
             **self.jobs.ops(), **cluster.ops(),
@@ -269,7 +273,7 @@ class Node:
                 case NotifyPending():
                     self.notifier.wake()
                 case MembersChanged() | Restored():
-                    membership.refresh_ids(self)
+                    membership.refresh_ids(self.raft, self.raft_to_id)
                 case MemberRemoved(node_id=node_id) if node_id == me:
                     self._fatal(f"this node ({me}) was removed from the cluster; it will not "
                                 f"rejoin. To bring the machine back, wipe its data dir and add "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.node import membership
@@ -10,83 +12,109 @@ from raftsched.node.clock import now_ms
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
-    from raftsched.node.node import Node
+    from raftsched.node.config import ClusterConfig
+    from raftsched.node.raft import RaftNode
+    from raftsched.node.worker import WorkerStatistics
 
 
-def build_status(node: Node) -> dict[str, Any]:
-    """The ``status`` reply (see the README for its fields)."""
-    raft = node.raft
-    raw = raft.status()
-    connected = raft.connected_peers()
-    now = now_ms()
+@dataclass(frozen=True, kw_only=True)
+class StatusView:
+    """What ``status`` and the quorum check read: built by the node (node.py), which
+    passes :meth:`build` to the cluster operations and :meth:`quorum_problem` to the
+    client writes."""
 
-    def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
-                                         dict[str, int], int, dict[str, Any]]:
-        nodes = []
-        for node_id, rec in sorted(st.nodes.items()):
-            addr = next((a for a, n in node.raft_to_id.items() if n == node_id), None)
-            conn = True if node_id == node.node_id else bool(connected.get(addr, False))
-            d = rec.to_dict()
-            member = st.members.get(node_id)
-            d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),
-                     last_seen_ms=rec.last_hb_ms,
-                     removed=member is not None and member.status != "active")
-            nodes.append(d)
-        notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
-                  "pending": len(st.notify.pending)}
-        return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
-                st.applied, notify)
+    #: The replica read from (the state, and pysyncobj's view of leader and peers).
+    raft: RaftNode
+    #: This node's cluster config (the member count before the membership is seeded,
+    #: and each member's HTTP address).
+    cfg: ClusterConfig
+    #: This node's id.
+    node_id: str
+    #: Raft address -> node id; the node updates it in place as members are added.
+    raft_to_id: Mapping[str, str]
+    #: The cluster id of the secret in use now (it changes with a secret rotation).
+    cluster_id: Callable[[], str]
+    #: This node's worker pool's statistics (called on the event loop).
+    worker_statistics: Callable[[], WorkerStatistics]
 
-    nodes, leader, jobs, active, totals, applied, notify = raft.read(copy)
-    leader_addr = raft.leader_addr()
-    leader_id = node.raft_to_id.get(leader_addr) if leader_addr else None
-    alive = sum(1 for n in nodes if n["alive"] and n["connected"] and not n["removed"])
-    configured = membership.member_count(node)
-    members = membership.view(node)
-    has_quorum = raft.has_quorum() if configured > 1 else leader_id is not None
-    if leader_id is None or not has_quorum:
-        health = "down"
-        summary = (f"cluster down: no leader seen by {node.node_id} "
-                   f"({alive}/{configured} nodes reachable)")
-    elif alive < configured:
-        health = "degraded"
-        summary = (f"cluster degraded: leader {leader_id} (term {raft.term()}), "
-                   f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
-    else:
-        health = "ok"
-        summary = (f"cluster ok: leader {leader_id} (term {raft.term()}), "
-                   f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
-    skews = [abs(n["skew_ms"]) for n in nodes if n.get("skew_ms") is not None]
-    if skews and max(skews) > 1000:
-        summary += f"; clock skew up to {max(skews)} ms"
-    if members["joining"]:
-        summary += "; this node waits to be added (started with --join)"
-    if members["problems"]:
-        summary += (f"; membership: {len(members['problems'])} difference(s) to resolve "
-                    f"(see below)")
-    worker = node.worker.statistics()
-    return {
-        "node": node.node_id, "pid": os.getpid(), "cluster_id": node.cluster_id,
-        "leader": leader_id, "leader_addr": leader_addr,
-        "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
-        "jobs": jobs, "active_runs": active, "commit_index": raw.get("commit_idx"),
-        "applied": applied, "totals": totals, "now_ms": now,
-        "leader_record": leader, "notify": notify, "membership": members,
-        # Each member's HTTP API/dashboard address (config; absent: that node serves none).
-        "http": {n.id: n.http for n in node.cfg.nodes if n.http is not None},
-        "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
-                   "started": worker.started, "rejected_starts": worker.rejected_starts,
-                   "shed": worker.shed, "self_fenced": worker.self_fenced},
-    }
+    def build(self) -> dict[str, Any]:
+        """The ``status`` reply (see the README for its fields)."""
+        raft = self.raft
+        raw = raft.status()
+        connected = raft.connected_peers()
+        now = now_ms()
+
+        def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
+                                             dict[str, int], int, dict[str, Any]]:
+            nodes = []
+            for node_id, rec in sorted(st.nodes.items()):
+                addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
+                conn = True if node_id == self.node_id else bool(connected.get(addr, False))
+                d = rec.to_dict()
+                member = st.members.get(node_id)
+                d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),
+                         last_seen_ms=rec.last_hb_ms,
+                         removed=member is not None and member.status != "active")
+                nodes.append(d)
+            notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
+                      "pending": len(st.notify.pending)}
+            return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
+                    st.applied, notify)
+
+        nodes, leader, jobs, active, totals, applied, notify = raft.read(copy)
+        leader_addr = raft.leader_addr()
+        leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
+        alive = sum(1 for n in nodes if n["alive"] and n["connected"] and not n["removed"])
+        configured = membership.member_count(raft, self.cfg)
+        members = membership.view(raft, self.cfg)
+        has_quorum = raft.has_quorum() if configured > 1 else leader_id is not None
+        if leader_id is None or not has_quorum:
+            health = "down"
+            summary = (f"cluster down: no leader seen by {self.node_id} "
+                       f"({alive}/{configured} nodes reachable)")
+        elif alive < configured:
+            health = "degraded"
+            summary = (f"cluster degraded: leader {leader_id} (term {raft.term()}), "
+                       f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+        else:
+            health = "ok"
+            summary = (f"cluster ok: leader {leader_id} (term {raft.term()}), "
+                       f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+        skews = [abs(n["skew_ms"]) for n in nodes if n.get("skew_ms") is not None]
+        if skews and max(skews) > 1000:
+            summary += f"; clock skew up to {max(skews)} ms"
+        if members["joining"]:
+            summary += "; this node waits to be added (started with --join)"
+        if members["problems"]:
+            summary += (f"; membership: {len(members['problems'])} difference(s) to resolve "
+                        f"(see below)")
+        worker = self.worker_statistics()
+        return {
+            "node": self.node_id, "pid": os.getpid(), "cluster_id": self.cluster_id(),
+            "leader": leader_id, "leader_addr": leader_addr,
+            "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
+            "jobs": jobs, "active_runs": active, "commit_index": raw.get("commit_idx"),
+            "applied": applied, "totals": totals, "now_ms": now,
+            "leader_record": leader, "notify": notify, "membership": members,
+            # Each member's HTTP API/dashboard address (config; absent: that node serves
+            # none).
+            "http": {n.id: n.http for n in self.cfg.nodes if n.http is not None},
+            "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
+                       "started": worker.started, "rejected_starts": worker.rejected_starts,
+                       "shed": worker.shed, "self_fenced": worker.self_fenced},
+        }
+
+    def quorum_problem(self) -> str | None:
+        """None while this node reaches a quorum (always for a single node); otherwise
+        why not, in words an operator can act on (the ``not_ready`` message of reads and
+        writes)."""
+        configured = membership.member_count(self.raft, self.cfg)
+        if configured <= 1 or self.raft.has_quorum():
+            return None
+        reached = sum(1 for up in self.raft.connected_peers().values() if up)
+        return (f"no quorum: node {self.node_id} reaches {reached} of the {configured - 1} "
+                f"other nodes; the cluster answers only while {configured // 2 + 1} of its "
+                f"{configured} nodes are up and connected")
 
 
-def quorum_problem(node: Node) -> str | None:
-    """None while this node reaches a quorum (always for a single node); otherwise why
-    not, in words an operator can act on (the ``not_ready`` message of reads and writes)."""
-    configured = membership.member_count(node)
-    if configured <= 1 or node.raft.has_quorum():
-        return None
-    reached = sum(1 for up in node.raft.connected_peers().values() if up)
-    return (f"no quorum: node {node.node_id} reaches {reached} of the {configured - 1} other "
-            f"nodes; the cluster answers only while {configured // 2 + 1} of its {configured} "
-            f"nodes are up and connected")
+__all__ = ["StatusView"]
