@@ -8,8 +8,9 @@ state when scraped, so every node reports the same cluster totals.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -19,12 +20,38 @@ from raftsched.node.config import split_addr
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
-    from raftsched.node.node import Node
+    from raftsched.node.loopsnapshot import LoopSnapshot
+    from raftsched.node.raft import RaftNode
+    from raftsched.node.worker import WorkerStatistics
 
 #: Raft lock holds: the target is none over 20 ms (issue 13).
 _HOLD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
                  0.5, 1, 2.5, 5)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class LeaderFigures(Protocol):
+    """The leader loop's counters a scrape reads (``LeaderLoop``)."""
+
+    #: Plans this node committed.
+    plans: int
+    #: Time this node spent building plans, in seconds.
+    plan_seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sources:
+    """What a scrape and the health endpoints read, built by the node (node.py). A
+    scrape runs in the HTTP server's thread: every source is safe to read from there."""
+
+    #: The replica (the state, read under its lock, and Raft's figures).
+    raft: RaftNode
+    #: The leader loop's plan counters.
+    leader: LeaderFigures
+    #: The worker pool's statistics as last built on the event loop.
+    worker_stats: LoopSnapshot[WorkerStatistics]
+    #: The nodes of the config file: with one, ready needs no quorum.
+    configured_nodes: int
 
 
 class Metrics:
@@ -48,7 +75,7 @@ class Metrics:
         self.lock_hold = Histogram("raftsched_raft_lock_hold_seconds",
                                    "How long each hold of the Raft state lock lasted",
                                    buckets=_HOLD_BUCKETS, registry=r)
-        self.node: Node | None = None
+        self.sources: Sources | None = None
 
     def run_started(self, lag_s: float) -> None:
         self.lag.observe(max(lag_s, 0.0))
@@ -66,26 +93,26 @@ class Metrics:
         elif isinstance(eff, RangeMissed):
             self.ended.labels(eff.state).inc(eff.fire_count)
 
-    def attach(self, node: Node) -> None:
-        """Read cluster and Raft figures from ``node`` at scrape time."""
-        self.node = node
-        node.raft.observe_lock_holds(self.lock_hold.observe)
-        self.registry.register(_StateCollector(node))
+    def attach(self, sources: Sources) -> None:
+        """Read cluster and Raft figures from ``sources`` at scrape time."""
+        self.sources = sources
+        sources.raft.observe_lock_holds(self.lock_hold.observe)
+        self.registry.register(_StateCollector(sources))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class _StateCollector:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
 
     def describe(self) -> list[Any]:
         return []
 
     def collect(self) -> Any:
-        node = self.node
-        raft = node.raft
+        src = self.sources
+        raft = src.raft
         raw = raft.status()
         runs = GaugeMetricFamily("raftsched_runs", "Runs by outcome (cluster-wide, replicated)",
                                  labels=["outcome"])
@@ -115,18 +142,18 @@ class _StateCollector:
         yield GaugeMetricFamily("raftsched_raft_commit_index", "Raft commit index",
                                 value=raw.get("commit_idx") or 0)
         yield GaugeMetricFamily("raftsched_is_leader", "1 if Raft says this node leads",
-                                value=1 if node.raft.leader_term() is not None else 0)
+                                value=1 if src.raft.leader_term() is not None else 0)
         yield CounterMetricFamily("raftsched_apply_seconds", "Time spent applying commands",
                                   value=raft.apply_seconds)
         yield CounterMetricFamily("raftsched_applied_commands", "Commands applied",
                                   value=raft.apply_count)
         yield CounterMetricFamily("raftsched_leader_plans", "Plans this node committed",
-                                  value=node.leader.plans)
+                                  value=src.leader.plans)
         yield CounterMetricFamily("raftsched_leader_plan_seconds",
                                   "Time this node spent building plans",
-                                  value=node.leader.plan_seconds)
+                                  value=src.leader.plan_seconds)
         # This runs in the HTTP thread: the pool's statistics as built on its loop.
-        ws = node.worker_stats.get()
+        ws = src.worker_stats.get()
         yield GaugeMetricFamily("raftsched_worker_slots_busy", "Busy worker slots", value=ws.busy)
         yield GaugeMetricFamily("raftsched_worker_slots_free", "Free worker slots",
                                 value=max(ws.slots - ws.busy, 0))
@@ -145,17 +172,18 @@ class _StateCollector:
                                 value=raft.pending)
 
 
-def health(node: Node) -> tuple[bool, bool]:
+def health(sources: Sources) -> tuple[bool, bool]:
     """``(healthy, ready)``: the Raft thread runs; and a leader with a quorum is known."""
-    alive = node.raft.tick_alive()
-    ready = alive and node.raft.leader_addr() is not None and (
-        len(node.cfg.nodes) == 1 or node.raft.has_quorum())
+    raft = sources.raft
+    alive = raft.tick_alive()
+    ready = alive and raft.leader_addr() is not None and (
+        sources.configured_nodes == 1 or raft.has_quorum())
     return alive, ready
 
 
-def serve_metrics(addr: str, metrics: Metrics, node: Node) -> ThreadingHTTPServer:
+def serve_metrics(addr: str, metrics: Metrics, sources: Sources) -> ThreadingHTTPServer:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``addr`` in a daemon thread."""
-    metrics.attach(node)
+    metrics.attach(sources)
     host, port = split_addr(addr, "metrics")
 
     class Handler(BaseHTTPRequestHandler):
@@ -164,7 +192,7 @@ def serve_metrics(addr: str, metrics: Metrics, node: Node) -> ThreadingHTTPServe
             if path == "/metrics":
                 body, code, ctype = metrics.render(), 200, "text/plain; version=0.0.4"
             elif path in ("/healthz", "/readyz"):
-                ok = health(node)[0 if path == "/healthz" else 1]
+                ok = health(sources)[0 if path == "/healthz" else 1]
                 body, code, ctype = (b"ok\n" if ok else b"not ready\n"), (200 if ok else 503), \
                     "text/plain"
             else:

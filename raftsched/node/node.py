@@ -425,7 +425,7 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
     """``raftsched node``: run one node until SIGINT/SIGTERM/SIGHUP; returns the exit code."""
     from raftsched.core.errors import ConfigError
     from raftsched.node.config import embedded_default, load_config
-    from raftsched.node.metrics import Metrics, serve_metrics
+    from raftsched.node.metrics import Metrics, Sources, serve_metrics
 
     early_stop: list[bool] = []
     stop_now: list[Any] = [lambda: early_stop.append(True)]
@@ -458,7 +458,9 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
     server = None
     if node.me.metrics:
         try:
-            server = serve_metrics(node.me.metrics, metrics, node)
+            server = serve_metrics(node.me.metrics, metrics, Sources(
+                raft=node.raft, leader=node.leader, worker_stats=node.worker_stats,
+                configured_nodes=len(node.cfg.nodes)))
             _LISTENING_FDS.append(server.socket.fileno())
         except OSError as exc:
             log.error("metrics endpoint %s: %s", node.me.metrics, exc)
