@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded
 from raftsched.core.model import JobSpec
@@ -176,17 +177,16 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     if max_jobs is not None and new and len(st.jobs) + new - gone > max_jobs:
         raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs; applying "
                                         f"would make {len(st.jobs) + new - gone}")
-    from raftsched.core.state import _late_one_shot
     for ch in changes:  # an `at` beyond its grace would refuse its put half-way
         if ch.action not in ("remove", "unchanged") and ch.spec is not None:
-            _late_one_shot(ch.spec, st.jobs.get(ch.job), at, cmd.v)
+            jobs.late_one_shot(ch.spec, st.jobs.get(ch.job), at, cmd.v)
     results: list[list[Any]] = []
     for ch in changes:
         if ch.action == "remove":
-            st._delete_job(DeleteJob(job=ch.job, at=at))
+            jobs.apply_delete_job(st, DeleteJob(job=ch.job, at=at))
             results.append(["remove", ch.job, ch.version])
         elif ch.action != "unchanged" and ch.spec is not None:
-            reply = st._put_spec(ch.spec, None, at, cmd.v)
+            reply = jobs.put_spec(st, ch.spec, None, at, cmd.v)
             results.append([ch.action, ch.job, reply["version"]])
     return {"ok": True, "results": results, "unchanged": len(changes) - len(results)}
 

@@ -1,4 +1,11 @@
-"""The replicated state machine: jobs, runs, claims, nodes.
+"""The replicated state machine: what the cluster agrees on, and the one dispatcher
+that applies a command to it.
+
+The command handlers live with their subject (:mod:`~raftsched.core.jobs`,
+:mod:`~raftsched.core.nodes`, :mod:`~raftsched.core.claims`,
+:mod:`~raftsched.core.members`, :mod:`~raftsched.core.notify`,
+:mod:`~raftsched.core.apply`); this module holds the state, the checks every command
+passes first (time, proposer term, request-id dedupe) and the reads.
 
 Pure and deterministic: :meth:`ClusterState.apply` takes one command dict (already
 decoded from msgpack) and returns a reply dict; it reads no clock, does no I/O and
@@ -21,57 +28,27 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from collections.abc import Callable, Collection
-from dataclasses import fields
 from typing import Any
 
 from raftsched.core import apply as declarative
-from raftsched.core import claims, members, notify
-from raftsched.core.claims import MAX_ACTIVE_PER_JOB
+from raftsched.core import claims, jobs, members, nodes, notify
 from raftsched.core.cmdbase import REFUSAL_REMEMBERED_VERSION
 from raftsched.core.commands import (
     MAX_AT_MS,
     MAX_PUT_BATCH,
-    PAST_AT_VERSION,
     Command,
-    DeleteJob,
-    Drain,
-    Heartbeat,
-    LeaderRecord,
-    Pause,
-    PutJob,
-    PutJobs,
-    Read,
-    Resume,
-    Transfer,
-    Trigger,
     command_class,
 )
-from raftsched.core.durations import format_duration
-from raftsched.core.effects import (
-    Effect,
-    HeartbeatSeen,
-    JobPaused,
-    JobPut,
-    JobRemoved,
-    JobResumed,
-    LeaderChanged,
-    NodeBack,
-    NodeDraining,
-    NodeJoined,
-    TransferAsked,
-)
+from raftsched.core.effects import Effect
 from raftsched.core.errors import (
     Conflict,
     InvalidArgument,
     InvalidSpec,
-    LimitExceeded,
     RaftschedError,
     UnknownJob,
 )
-from raftsched.core.model import ACTIVE_STATES, JobSpec, MissReason, Overlap, RunState, run_id_of
 from raftsched.core.records import JobRecord, NodeRecord, RunRecord
 from raftsched.core.runtable import RunTable
-from raftsched.core.trigger import AtSchedule, latest_fire_at_or_before, next_fire
 
 #: Replies to client commands are kept this long (by count) so a retried request id
 #: gets the original answer instead of being applied twice.
@@ -80,12 +57,6 @@ DEDUPE_LIMIT = 8192
 DEDUPE_ITEMS_LIMIT = 50_000
 #: Terminal runs kept per job; older ones are dropped (the history is bounded).
 DEFAULT_HISTORY_LIMIT = 100
-
-_ACTIVE = frozenset(s.value for s in ACTIVE_STATES)
-#: The JobSpec fields that ``_interned`` shares between jobs (all hashable, immutable).
-_SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "retries",
-                       "tags")
-_SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name in _SHARED_SPEC_FIELDS}
 
 
 class ClusterState:
@@ -208,288 +179,11 @@ class ClusterState:
             if weight is not None:
                 weight -= 1 + len(old.get("results", ()))
 
-    # ------------------------------------------------------------------ jobs
-
-    def _put_job(self, cmd: PutJob) -> dict[str, Any]:
-        return self._put_one(cmd.spec, cmd.max_jobs, cmd.at, cmd.v)
-
-    def _put_one(self, raw: Any, max_jobs: int | None, at: int, v: int,
-                 if_changed: bool = False) -> dict[str, Any]:
-        return self._put_spec(JobSpec.from_spec(raw, allowed_call_prefixes=None), max_jobs, at,
-                              v, if_changed)
-
-    def _put_spec(self, spec: JobSpec, max_jobs: int | None, at: int,
-                  v: int, if_changed: bool = False) -> dict[str, Any]:
-        """Put an already validated spec (``apply`` validated it while planning);
-        ``if_changed``: a spec equal to the stored one (paused aside) is no new version."""
-        spec = self._interned(spec)
-        rec = self.jobs.get(spec.id)
-        late_at = _late_one_shot(spec, rec, at, v)
-        if rec is None:
-            if max_jobs is not None and len(self.jobs) >= max_jobs:
-                raise LimitExceeded("max_jobs", f"the cluster holds {len(self.jobs)} jobs")
-            rec = JobRecord(spec, version=1, created_ms=at, updated_ms=at, hwm_ms=at,
-                            next_ms=None)
-            self.jobs[spec.id] = rec
-            created = True
-        else:
-            if if_changed and _replace_paused(spec, rec.spec.paused) == rec.spec:
-                # A declaration (each app instance declares its jobs at start): the same
-                # definition again is not a new version, also when instances race.
-                return {"ok": True, "job": spec.id, "version": rec.version, "created": False,
-                        "changed": False}
-            if spec.schedule != rec.spec.schedule:
-                # A new schedule never fires its own past: start accounting from now.
-                rec.hwm_ms = max(rec.hwm_ms, at)
-            if spec.paused != rec.spec.paused:
-                # Pausing and resuming have their own accounting (cancelled runs, the
-                # missed range): an update keeps the current state; use pause/resume.
-                spec = _replace_paused(spec, rec.spec.paused)
-            rec.spec = spec
-            rec.version += 1
-            rec.updated_ms = at
-            created = False
-        if late_at is not None:
-            # An `at` up to its grace in the past fires now, late, as any late run does.
-            rec.hwm_ms = late_at - 1
-        self.set_next(rec, next_fire(spec.schedule, rec.hwm_ms))
-        self.effects.append(JobPut(spec.id, rec.version, created))
-        return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
-
-    def _put_jobs(self, cmd: PutJobs) -> dict[str, Any]:
-        """Bulk import: each spec is put on its own (one bad spec refuses only itself),
-        or with ``atomic`` all of them or none (a job file is one change)."""
-        if cmd.atomic:
-            self._check_all(cmd.specs, cmd.max_jobs, cmd.at, cmd.v)
-        results: list[dict[str, Any]] = []
-        for spec in cmd.specs:
-            try:
-                reply = self._put_one(spec, cmd.max_jobs, cmd.at, cmd.v, cmd.if_changed)
-                results.append({"ok": True, "job": reply["job"], "version": reply["version"],
-                                "created": reply["created"],
-                                "changed": reply.get("changed", True)})
-            except RaftschedError as exc:
-                results.append({"ok": False, "error": exc.to_wire()})
-        return {"ok": True, "results": results}
-
-    def _check_all(self, specs: tuple[Any, ...], max_jobs: int | None, at: int,
-                   v: int) -> None:
-        """Raise (changing nothing) unless every spec of an atomic put would be accepted:
-        each valid, no id twice, and the new ones within ``max_jobs``. What ``_put_job``
-        can refuse is exactly this, so after it the puts cannot fail half-way."""
-        seen: set[str] = set()
-        new = 0
-        for i, raw in enumerate(specs):
-            try:
-                spec = JobSpec.from_spec(raw, allowed_call_prefixes=None)
-            except InvalidSpec as exc:
-                raise InvalidSpec(f"specs[{i}].{exc.field}",
-                                  exc.message.partition(": ")[2]) from None
-            if spec.id in seen:
-                raise InvalidSpec(f"specs[{i}].id", f"{spec.id!r} appears twice")
-            try:
-                _late_one_shot(spec, self.jobs.get(spec.id), at, v)
-            except InvalidSpec as exc:
-                raise InvalidSpec(f"specs[{i}].{exc.field}",
-                                  exc.message.partition(": ")[2]) from None
-            seen.add(spec.id)
-            new += spec.id not in self.jobs
-        if max_jobs is not None and new and len(self.jobs) + new > max_jobs:
-            raise LimitExceeded("max_jobs", f"the cluster holds {len(self.jobs)} jobs; "
-                                            f"{new} more would exceed {max_jobs}")
-
-    def _interned(self, spec: JobSpec) -> JobSpec:
-        """Share equal sub-values between jobs: a decoded command holds a fresh copy of
-        each (the call string alone is 64 bytes), so a million jobs made from one
-        template would hold a million copies. Everything shared here is immutable (or,
-        for ``env``, never mutated). Keys are tagged so that values of different
-        fields never meet in the cache (a command ``("call", "x")`` is not a call)."""
-        from dataclasses import replace
-        cache = self._intern
-        if len(cache) > 100_000:
-            cache.clear()
-        changed: dict[str, Any] = {}
-        for name in _SHARED_SPEC_FIELDS:
-            value = getattr(spec, name)
-            if value is None or value is _SPEC_DEFAULTS[name]:
-                continue  # already shared (the default objects, (), None)
-            found = cache.setdefault((name, value), value)
-            if found is not value:
-                changed[name] = found
-        if spec.env:
-            env = cache.setdefault(("env", tuple(spec.env.items())), spec.env)
-            if env is not spec.env:
-                changed["env"] = env
-        return replace(spec, **changed) if changed else spec
-
-    def _delete_job(self, cmd: DeleteJob) -> dict[str, Any]:
-        rec, at = self._job(cmd.job), cmd.at
-        if cmd.if_done is not None and (rec.version != cmd.if_done or rec.next_ms is not None
-                                        or rec.active):
-            # The leader's retention of finished one-shot jobs removes only the very
-            # version it saw done: a put since, or a run under way, keeps the job.
-            raise Conflict(rec.spec.id, "no longer the finished version the leader saw")
-        for run_id in list(rec.active):
-            claims.end_run(self, self.runs[run_id], at, RunState.cancelled, "job removed",
-                           keep_history=False)
-        del self.jobs[rec.spec.id]
-        self.history.pop(rec.spec.id, None)
-        self.effects.append(JobRemoved(rec.spec.id))
-        return {"ok": True, "job": rec.spec.id}
-
-    def _pause(self, cmd: Pause) -> dict[str, Any]:
-        rec, at = self._job(cmd.job), cmd.at
-        if not rec.spec.paused:
-            rec.spec = _replace_paused(rec.spec, True)
-            rec.version += 1
-            rec.updated_ms = at
-            # Runs not yet started never start while paused; a started run finishes.
-            for run_id in list(rec.active):
-                run = self.runs[run_id]
-                if run.state != RunState.started.value:
-                    claims.end_run(self, run, at, RunState.cancelled, MissReason.paused.value)
-            self.effects.append(JobPaused(rec.spec.id))
-        return {"ok": True, "job": rec.spec.id, "version": rec.version}
-
-    def _resume(self, cmd: Resume) -> dict[str, Any]:
-        rec, at = self._job(cmd.job), cmd.at
-        catch_up, count = cmd.catch_up, cmd.missed
-        if rec.spec.paused:
-            rec.spec = _replace_paused(rec.spec, False)
-            rec.version += 1
-            rec.updated_ms = at
-            if not catch_up:
-                first = next_fire(rec.spec.schedule, rec.hwm_ms)
-                if first is not None and first <= at and count > 0:
-                    last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at)
-                    claims.record_miss(self, rec, first, last or first, count, RunState.missed,
-                                       MissReason.paused.value, at)
-                rec.hwm_ms = max(rec.hwm_ms, at)
-            self.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
-            self.effects.append(JobResumed(rec.spec.id, catch_up))
-        return {"ok": True, "job": rec.spec.id, "version": rec.version}
-
-    def _trigger(self, cmd: Trigger) -> dict[str, Any]:
-        rec, at, force = self._job(cmd.job), cmd.at, cmd.force
-        if rec.spec.paused and not force:
-            raise Conflict(rec.spec.id, "job is paused (use --force to run it anyway)")
-        sched = at
-        # A manual run id must be new, and must not take the id of a future fire time
-        # (the plan creating that fire would overwrite it).
-        used = {r.run_id for r in self.history.get(rec.spec.id, ())}
-        while (run_id_of(rec.spec.id, sched) in self.runs
-               or run_id_of(rec.spec.id, sched) in used
-               or (sched > rec.hwm_ms and next_fire(rec.spec.schedule, sched - 1) == sched)):
-            sched += 1
-        run_id = run_id_of(rec.spec.id, sched)
-        running = [self.runs[r] for r in rec.active]
-        if running and not force:
-            overlap = rec.spec.overlap
-            if overlap is Overlap.skip:
-                raise Conflict(rec.spec.id, "previous run still active (overlap = skip; "
-                                            "use --force)")
-            if overlap is Overlap.queue:
-                if any(r.state == RunState.queued.value for r in running):
-                    raise Conflict(rec.spec.id, "a run is already queued (overlap = queue)")
-                run = claims.new_run(self, rec, sched, at, manual=True,
-                                     state=RunState.queued)
-                return {"ok": True, "run_id": run.run_id, "state": run.state}
-            if overlap is Overlap.replace:
-                for r in running:
-                    claims.end_run(self, r, at, RunState.cancelled, "replaced by trigger")
-        if len(rec.active) >= MAX_ACTIVE_PER_JOB:
-            raise LimitExceeded("max_active_runs", f"{rec.spec.id} has {len(rec.active)}")
-        run = claims.new_run(self, rec, sched, at, manual=True)
-        return {"ok": True, "run_id": run_id, "state": run.state}
-
-    def _job(self, job_id: str) -> JobRecord:
-        rec = self.jobs.get(job_id)
-        if rec is None:
-            raise UnknownJob(job_id)
-        return rec
-
     def set_next(self, rec: JobRecord, next_ms: int | None) -> None:
         """Set a job's next fire time (and index it for ``due_jobs``)."""
         rec.next_ms = next_ms
         if next_ms is not None:
             heapq.heappush(self.due, (next_ms, rec.spec.id))
-
-    # ------------------------------------------------------------------ nodes
-
-    def _heartbeat(self, cmd: Heartbeat) -> dict[str, Any]:
-        node_id, boot, slots, queue, at = cmd.node, cmd.boot, cmd.slots, cmd.queue, cmd.at
-        tags, api, pid = cmd.tags, cmd.api, cmd.pid
-        if members.is_removed(self, node_id):
-            raise Conflict(node_id, "was removed from the cluster; it takes no work")
-        rec = self.nodes.get(node_id)
-        if rec is None:
-            rec = NodeRecord(node_id=node_id, boot_ms=boot, last_hb_ms=at, slots=slots,
-                             queue=queue, tags=tuple(sorted(tags)), api=api, pid=pid,
-                             features=cmd.features)
-            self.nodes[node_id] = rec
-            self.effects.append(NodeJoined(node_id))
-        else:
-            if boot != rec.boot_ms:
-                # The node restarted: whatever it had started died with its old process.
-                claims.release_node(self, node_id, at, "started", "restarted")
-            if not rec.alive:
-                self.effects.append(NodeBack(node_id))
-            rec.boot_ms, rec.last_hb_ms, rec.slots, rec.queue = boot, at, slots, queue
-            rec.tags, rec.api, rec.alive, rec.pid = tuple(sorted(tags)), api, True, pid
-            rec.features = cmd.features
-        self.effects.append(HeartbeatSeen(node_id, at))
-        return {"ok": True}
-
-    def _leader(self, cmd: LeaderRecord) -> dict[str, Any]:
-        node_id, term, skew, at = cmd.node, cmd.term, cmd.skew, cmd.at
-        lead = self.leader
-        if term < lead["term"]:
-            raise Conflict("leader", f"term {term} is older than {lead['term']}")
-        if term == lead["term"] and lead["node"] not in (None, node_id):
-            # One leader per term: a second record for it can only come from a node
-            # that was not that term's leader.
-            raise Conflict("leader", f"term {term} is led by {lead['node']}")
-        if lead["node"] != node_id or lead["term"] != term:
-            lead["changes"] += 1
-            lead["since_ms"] = at
-            # The last time the previous leadership did anything: fire times after it
-            # fell due with no leader (the miss detector's reason).
-            lead["prev_ms"] = lead["last_ms"]
-            self.effects.append(LeaderChanged(node_id, term))
-        lead["node"], lead["term"] = node_id, term
-        for nid, value in skew.items():
-            rec = self.nodes.get(nid)
-            if rec is not None and isinstance(value, int) and not isinstance(value, bool):
-                rec.skew_ms = value
-        return {"ok": True}
-
-    def _read(self, cmd: Read) -> dict[str, Any]:
-        """A read barrier (raftsched/node/reads.py): its apply on a node proves that node
-        has applied everything committed before it. Changes nothing."""
-        return {"ok": True}
-
-    def _drain(self, cmd: Drain) -> dict[str, Any]:
-        """An operator drains (or undrains) a node: the leader places nothing new on a
-        draining node and hands leadership away from it; its running runs finish."""
-        node_id, draining = cmd.node, cmd.draining
-        rec = self.nodes.get(node_id)
-        if rec is None:
-            raise InvalidArgument("node", f"no node {node_id!r} has joined the cluster")
-        if rec.draining != draining:
-            rec.draining = draining
-            self.effects.append(NodeDraining(node_id, draining))
-        return {"ok": True, "node": node_id, "draining": draining}
-
-    def _transfer(self, cmd: Transfer) -> dict[str, Any]:
-        """Ask the leader (whichever it is when this applies) to hand leadership to
-        ``to`` (a node id) or, when ``to`` is None, to the most caught-up peer."""
-        to = cmd.to
-        if to is not None and to not in self.nodes:
-            raise InvalidArgument("to", "must be the id of a node of the cluster, or null")
-        if to is not None and (self.nodes[to].draining or members.is_removed(self, to)):
-            raise Conflict(to, "the node is draining: it would hand leadership away again")
-        self.effects.append(TransferAsked(to, self.leader["term"]))
-        return {"ok": True, "from": self.leader["node"], "to": to, "term": self.leader["term"]}
 
     # ------------------------------------------------------------------ reads
 
@@ -579,41 +273,18 @@ def _check_proposer(cmd: dict[str, Any], op: str, entry_term: int | None) -> Non
                                f"{entry_term}: the proposer no longer leads")
 
 
-def _late_one_shot(spec: JobSpec, rec: JobRecord | None, at: int, v: int) -> int | None:
-    """The instant of a new or changed ``at`` schedule that has already passed at the
-    put (it fires at once, late), None otherwise; raise :class:`InvalidSpec` when it
-    passed more than ``misfire.grace`` ago (it could never run, so nothing would ever
-    record it: every fire time ends in exactly one recorded outcome). Commands before
-    ``PAST_AT_VERSION`` keep their meaning on replay (such a job never fired)."""
-    sched = spec.schedule
-    if (v < PAST_AT_VERSION or not isinstance(sched, AtSchedule)
-            or sched.at_ms > at or (rec is not None and rec.spec.schedule == sched)):
-        return None
-    late_ms = at - sched.at_ms
-    if late_ms > spec.misfire.grace_ms:
-        raise InvalidSpec("schedule.at", f"is {format_duration(late_ms)} in the past, beyond "
-                                         f"misfire.grace ({format_duration(spec.misfire.grace_ms)}"
-                                         "): it would never run")
-    return sched.at_ms
-
-
-def _replace_paused(spec: JobSpec, paused: bool) -> JobSpec:
-    from dataclasses import replace
-    return replace(spec, paused=paused)
-
-
 _HANDLERS: dict[str, Callable[[ClusterState, Any], dict[str, Any]]] = {
-    "put_job": ClusterState._put_job,
-    "put_jobs": ClusterState._put_jobs,
-    "delete_job": ClusterState._delete_job,
-    "pause": ClusterState._pause,
-    "resume": ClusterState._resume,
-    "trigger": ClusterState._trigger,
-    "heartbeat": ClusterState._heartbeat,
-    "leader": ClusterState._leader,
-    "read": ClusterState._read,
-    "drain": ClusterState._drain,
-    "transfer": ClusterState._transfer,
+    "put_job": jobs.apply_put_job,
+    "put_jobs": jobs.apply_put_jobs,
+    "delete_job": jobs.apply_delete_job,
+    "pause": jobs.apply_pause,
+    "resume": jobs.apply_resume,
+    "trigger": jobs.apply_trigger,
+    "heartbeat": nodes.apply_heartbeat,
+    "leader": nodes.apply_leader,
+    "read": nodes.apply_read,
+    "drain": nodes.apply_drain,
+    "transfer": nodes.apply_transfer,
     "apply": declarative.apply_apply,
     "notified": notify.apply_notified,
     "notify_default": notify.apply_default,

@@ -103,8 +103,8 @@ def test_only_the_run_table_changes_runs_indexes_and_the_fence() -> None:
     bumps the fence (the snapshot restore in codec.py rebuilds the table: aside)."""
     writes = re.compile(r"\b(?:st|self)\.(?:runs|pending|by_node|fence)\b\s*(?:\[[^\]]*\]\s*=(?!=)"
                         r"|\.(?:pop|setdefault|clear|update)\(|\+=|=(?!=))")
-    for name in ("state.py", "claims.py", "apply.py", "leader.py", "misses.py", "members.py",
-                 "notify.py"):
+    for name in ("state.py", "jobs.py", "nodes.py", "claims.py", "apply.py", "leader.py",
+                 "misses.py", "members.py", "notify.py"):
         path = PKG / name
         for m in writes.finditer(path.read_text(encoding="utf-8")):
             raise AssertionError((path.name, m[0]))

@@ -1,0 +1,269 @@
+"""The job commands of the state machine: put (one, bulk), delete, pause, resume, trigger.
+
+Split from :mod:`raftsched.core.state`, which dispatches to these handlers. Every
+function here runs inside ``ClusterState.apply`` — pure, deterministic, time from the
+command — and raises :class:`~raftsched.core.errors.RaftschedError` to refuse (apply
+turns that into the reply), so a refused command must change nothing before it raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import claims
+from raftsched.core.claims import MAX_ACTIVE_PER_JOB
+from raftsched.core.commands import (
+    PAST_AT_VERSION,
+    DeleteJob,
+    Pause,
+    PutJob,
+    PutJobs,
+    Resume,
+    Trigger,
+)
+from raftsched.core.durations import format_duration
+from raftsched.core.effects import JobPaused, JobPut, JobRemoved, JobResumed
+from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError, UnknownJob
+from raftsched.core.model import JobSpec, MissReason, Overlap, RunState, run_id_of
+from raftsched.core.records import JobRecord
+from raftsched.core.trigger import AtSchedule, latest_fire_at_or_before, next_fire
+
+if TYPE_CHECKING:
+    from raftsched.core.state import ClusterState
+
+#: The JobSpec fields that ``_interned`` shares between jobs (all hashable, immutable).
+_SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "retries",
+                       "tags")
+_SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name in _SHARED_SPEC_FIELDS}
+
+
+def apply_put_job(st: ClusterState, cmd: PutJob) -> dict[str, Any]:
+    return _put_one(st, cmd.spec, cmd.max_jobs, cmd.at, cmd.v)
+
+
+def _put_one(st: ClusterState, raw: Any, max_jobs: int | None, at: int, v: int,
+             if_changed: bool = False) -> dict[str, Any]:
+    return put_spec(st, JobSpec.from_spec(raw, allowed_call_prefixes=None), max_jobs, at,
+                          v, if_changed)
+
+
+def put_spec(st: ClusterState, spec: JobSpec, max_jobs: int | None, at: int,
+              v: int, if_changed: bool = False) -> dict[str, Any]:
+    """Put an already validated spec (``apply`` validated it while planning);
+    ``if_changed``: a spec equal to the stored one (paused aside) is no new version."""
+    spec = _interned(st, spec)
+    rec = st.jobs.get(spec.id)
+    late_at = late_one_shot(spec, rec, at, v)
+    if rec is None:
+        if max_jobs is not None and len(st.jobs) >= max_jobs:
+            raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs")
+        rec = JobRecord(spec, version=1, created_ms=at, updated_ms=at, hwm_ms=at,
+                        next_ms=None)
+        st.jobs[spec.id] = rec
+        created = True
+    else:
+        if if_changed and replace_paused(spec, rec.spec.paused) == rec.spec:
+            # A declaration (each app instance declares its jobs at start): the same
+            # definition again is not a new version, also when instances race.
+            return {"ok": True, "job": spec.id, "version": rec.version, "created": False,
+                    "changed": False}
+        if spec.schedule != rec.spec.schedule:
+            # A new schedule never fires its own past: start accounting from now.
+            rec.hwm_ms = max(rec.hwm_ms, at)
+        if spec.paused != rec.spec.paused:
+            # Pausing and resuming have their own accounting (cancelled runs, the
+            # missed range): an update keeps the current state; use pause/resume.
+            spec = replace_paused(spec, rec.spec.paused)
+        rec.spec = spec
+        rec.version += 1
+        rec.updated_ms = at
+        created = False
+    if late_at is not None:
+        # An `at` up to its grace in the past fires now, late, as any late run does.
+        rec.hwm_ms = late_at - 1
+    st.set_next(rec, next_fire(spec.schedule, rec.hwm_ms))
+    st.effects.append(JobPut(spec.id, rec.version, created))
+    return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
+
+
+def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
+    """Bulk import: each spec is put on its own (one bad spec refuses only itself),
+    or with ``atomic`` all of them or none (a job file is one change)."""
+    if cmd.atomic:
+        _check_all(st, cmd.specs, cmd.max_jobs, cmd.at, cmd.v)
+    results: list[dict[str, Any]] = []
+    for spec in cmd.specs:
+        try:
+            reply = _put_one(st, spec, cmd.max_jobs, cmd.at, cmd.v, cmd.if_changed)
+            results.append({"ok": True, "job": reply["job"], "version": reply["version"],
+                            "created": reply["created"],
+                            "changed": reply.get("changed", True)})
+        except RaftschedError as exc:
+            results.append({"ok": False, "error": exc.to_wire()})
+    return {"ok": True, "results": results}
+
+
+def _check_all(st: ClusterState, specs: tuple[Any, ...], max_jobs: int | None, at: int,
+               v: int) -> None:
+    """Raise (changing nothing) unless every spec of an atomic put would be accepted:
+    each valid, no id twice, and the new ones within ``max_jobs``. What ``put_spec``
+    can refuse is exactly this, so after it the puts cannot fail half-way."""
+    seen: set[str] = set()
+    new = 0
+    for i, raw in enumerate(specs):
+        try:
+            spec = JobSpec.from_spec(raw, allowed_call_prefixes=None)
+        except InvalidSpec as exc:
+            raise InvalidSpec(f"specs[{i}].{exc.field}",
+                              exc.message.partition(": ")[2]) from None
+        if spec.id in seen:
+            raise InvalidSpec(f"specs[{i}].id", f"{spec.id!r} appears twice")
+        try:
+            late_one_shot(spec, st.jobs.get(spec.id), at, v)
+        except InvalidSpec as exc:
+            raise InvalidSpec(f"specs[{i}].{exc.field}",
+                              exc.message.partition(": ")[2]) from None
+        seen.add(spec.id)
+        new += spec.id not in st.jobs
+    if max_jobs is not None and new and len(st.jobs) + new > max_jobs:
+        raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs; "
+                                        f"{new} more would exceed {max_jobs}")
+
+
+def _interned(st: ClusterState, spec: JobSpec) -> JobSpec:
+    """Share equal sub-values between jobs: a decoded command holds a fresh copy of
+    each (the call string alone is 64 bytes), so a million jobs made from one
+    template would hold a million copies. Everything shared here is immutable (or,
+    for ``env``, never mutated). Keys are tagged so that values of different
+    fields never meet in the cache (a command ``("call", "x")`` is not a call)."""
+    cache = st._intern
+    if len(cache) > 100_000:
+        cache.clear()
+    changed: dict[str, Any] = {}
+    for name in _SHARED_SPEC_FIELDS:
+        value = getattr(spec, name)
+        if value is None or value is _SPEC_DEFAULTS[name]:
+            continue  # already shared (the default objects, (), None)
+        found = cache.setdefault((name, value), value)
+        if found is not value:
+            changed[name] = found
+    if spec.env:
+        env = cache.setdefault(("env", tuple(spec.env.items())), spec.env)
+        if env is not spec.env:
+            changed["env"] = env
+    return replace(spec, **changed) if changed else spec
+
+
+def apply_delete_job(st: ClusterState, cmd: DeleteJob) -> dict[str, Any]:
+    rec, at = job_of(st, cmd.job), cmd.at
+    if cmd.if_done is not None and (rec.version != cmd.if_done or rec.next_ms is not None
+                                    or rec.active):
+        # The leader's retention of finished one-shot jobs removes only the very
+        # version it saw done: a put since, or a run under way, keeps the job.
+        raise Conflict(rec.spec.id, "no longer the finished version the leader saw")
+    for run_id in list(rec.active):
+        claims.end_run(st, st.runs[run_id], at, RunState.cancelled, "job removed",
+                       keep_history=False)
+    del st.jobs[rec.spec.id]
+    st.history.pop(rec.spec.id, None)
+    st.effects.append(JobRemoved(rec.spec.id))
+    return {"ok": True, "job": rec.spec.id}
+
+
+def apply_pause(st: ClusterState, cmd: Pause) -> dict[str, Any]:
+    rec, at = job_of(st, cmd.job), cmd.at
+    if not rec.spec.paused:
+        rec.spec = replace_paused(rec.spec, True)
+        rec.version += 1
+        rec.updated_ms = at
+        # Runs not yet started never start while paused; a started run finishes.
+        for run_id in list(rec.active):
+            run = st.runs[run_id]
+            if run.state != RunState.started.value:
+                claims.end_run(st, run, at, RunState.cancelled, MissReason.paused.value)
+        st.effects.append(JobPaused(rec.spec.id))
+    return {"ok": True, "job": rec.spec.id, "version": rec.version}
+
+
+def apply_resume(st: ClusterState, cmd: Resume) -> dict[str, Any]:
+    rec, at = job_of(st, cmd.job), cmd.at
+    catch_up, count = cmd.catch_up, cmd.missed
+    if rec.spec.paused:
+        rec.spec = replace_paused(rec.spec, False)
+        rec.version += 1
+        rec.updated_ms = at
+        if not catch_up:
+            first = next_fire(rec.spec.schedule, rec.hwm_ms)
+            if first is not None and first <= at and count > 0:
+                last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at)
+                claims.record_miss(st, rec, first, last or first, count, RunState.missed,
+                                   MissReason.paused.value, at)
+            rec.hwm_ms = max(rec.hwm_ms, at)
+        st.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
+        st.effects.append(JobResumed(rec.spec.id, catch_up))
+    return {"ok": True, "job": rec.spec.id, "version": rec.version}
+
+
+def apply_trigger(st: ClusterState, cmd: Trigger) -> dict[str, Any]:
+    rec, at, force = job_of(st, cmd.job), cmd.at, cmd.force
+    if rec.spec.paused and not force:
+        raise Conflict(rec.spec.id, "job is paused (use --force to run it anyway)")
+    sched = at
+    # A manual run id must be new, and must not take the id of a future fire time
+    # (the plan creating that fire would overwrite it).
+    used = {r.run_id for r in st.history.get(rec.spec.id, ())}
+    while (run_id_of(rec.spec.id, sched) in st.runs
+           or run_id_of(rec.spec.id, sched) in used
+           or (sched > rec.hwm_ms and next_fire(rec.spec.schedule, sched - 1) == sched)):
+        sched += 1
+    run_id = run_id_of(rec.spec.id, sched)
+    running = [st.runs[r] for r in rec.active]
+    if running and not force:
+        overlap = rec.spec.overlap
+        if overlap is Overlap.skip:
+            raise Conflict(rec.spec.id, "previous run still active (overlap = skip; "
+                                        "use --force)")
+        if overlap is Overlap.queue:
+            if any(r.state == RunState.queued.value for r in running):
+                raise Conflict(rec.spec.id, "a run is already queued (overlap = queue)")
+            run = claims.new_run(st, rec, sched, at, manual=True,
+                                 state=RunState.queued)
+            return {"ok": True, "run_id": run.run_id, "state": run.state}
+        if overlap is Overlap.replace:
+            for r in running:
+                claims.end_run(st, r, at, RunState.cancelled, "replaced by trigger")
+    if len(rec.active) >= MAX_ACTIVE_PER_JOB:
+        raise LimitExceeded("max_active_runs", f"{rec.spec.id} has {len(rec.active)}")
+    run = claims.new_run(st, rec, sched, at, manual=True)
+    return {"ok": True, "run_id": run_id, "state": run.state}
+
+
+def job_of(st: ClusterState, job_id: str) -> JobRecord:
+    rec = st.jobs.get(job_id)
+    if rec is None:
+        raise UnknownJob(job_id)
+    return rec
+
+
+def late_one_shot(spec: JobSpec, rec: JobRecord | None, at: int, v: int) -> int | None:
+    """The instant of a new or changed ``at`` schedule that has already passed at the
+    put (it fires at once, late), None otherwise; raise :class:`InvalidSpec` when it
+    passed more than ``misfire.grace`` ago (it could never run, so nothing would ever
+    record it: every fire time ends in exactly one recorded outcome). Commands before
+    ``PAST_AT_VERSION`` keep their meaning on replay (such a job never fired)."""
+    sched = spec.schedule
+    if (v < PAST_AT_VERSION or not isinstance(sched, AtSchedule)
+            or sched.at_ms > at or (rec is not None and rec.spec.schedule == sched)):
+        return None
+    late_ms = at - sched.at_ms
+    if late_ms > spec.misfire.grace_ms:
+        raise InvalidSpec("schedule.at", f"is {format_duration(late_ms)} in the past, beyond "
+                                         f"misfire.grace ({format_duration(spec.misfire.grace_ms)}"
+                                         "): it would never run")
+    return sched.at_ms
+
+
+def replace_paused(spec: JobSpec, paused: bool) -> JobSpec:
+    return replace(spec, paused=paused)
+

@@ -1,0 +1,108 @@
+"""The node and cluster commands of the state machine: heartbeats, the leader record,
+read barriers, drain and leadership transfer.
+
+Split from :mod:`raftsched.core.state`, which dispatches to these handlers. Every
+function here runs inside ``ClusterState.apply`` — pure, deterministic, time from the
+command — and raises :class:`~raftsched.core.errors.RaftschedError` to refuse.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import claims, members
+from raftsched.core.commands import Drain, Heartbeat, LeaderRecord, Read, Transfer
+from raftsched.core.effects import (
+    HeartbeatSeen,
+    LeaderChanged,
+    NodeBack,
+    NodeDraining,
+    NodeJoined,
+    TransferAsked,
+)
+from raftsched.core.errors import Conflict, InvalidArgument
+from raftsched.core.records import NodeRecord
+
+if TYPE_CHECKING:
+    from raftsched.core.state import ClusterState
+
+
+def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
+    node_id, boot, slots, queue, at = cmd.node, cmd.boot, cmd.slots, cmd.queue, cmd.at
+    tags, api, pid = cmd.tags, cmd.api, cmd.pid
+    if members.is_removed(st, node_id):
+        raise Conflict(node_id, "was removed from the cluster; it takes no work")
+    rec = st.nodes.get(node_id)
+    if rec is None:
+        rec = NodeRecord(node_id=node_id, boot_ms=boot, last_hb_ms=at, slots=slots,
+                         queue=queue, tags=tuple(sorted(tags)), api=api, pid=pid,
+                         features=cmd.features)
+        st.nodes[node_id] = rec
+        st.effects.append(NodeJoined(node_id))
+    else:
+        if boot != rec.boot_ms:
+            # The node restarted: whatever it had started died with its old process.
+            claims.release_node(st, node_id, at, "started", "restarted")
+        if not rec.alive:
+            st.effects.append(NodeBack(node_id))
+        rec.boot_ms, rec.last_hb_ms, rec.slots, rec.queue = boot, at, slots, queue
+        rec.tags, rec.api, rec.alive, rec.pid = tuple(sorted(tags)), api, True, pid
+        rec.features = cmd.features
+    st.effects.append(HeartbeatSeen(node_id, at))
+    return {"ok": True}
+
+
+def apply_leader(st: ClusterState, cmd: LeaderRecord) -> dict[str, Any]:
+    node_id, term, skew, at = cmd.node, cmd.term, cmd.skew, cmd.at
+    lead = st.leader
+    if term < lead["term"]:
+        raise Conflict("leader", f"term {term} is older than {lead['term']}")
+    if term == lead["term"] and lead["node"] not in (None, node_id):
+        # One leader per term: a second record for it can only come from a node
+        # that was not that term's leader.
+        raise Conflict("leader", f"term {term} is led by {lead['node']}")
+    if lead["node"] != node_id or lead["term"] != term:
+        lead["changes"] += 1
+        lead["since_ms"] = at
+        # The last time the previous leadership did anything: fire times after it
+        # fell due with no leader (the miss detector's reason).
+        lead["prev_ms"] = lead["last_ms"]
+        st.effects.append(LeaderChanged(node_id, term))
+    lead["node"], lead["term"] = node_id, term
+    for nid, value in skew.items():
+        rec = st.nodes.get(nid)
+        if rec is not None and isinstance(value, int) and not isinstance(value, bool):
+            rec.skew_ms = value
+    return {"ok": True}
+
+
+def apply_read(st: ClusterState, cmd: Read) -> dict[str, Any]:
+    """A read barrier (raftsched/node/reads.py): its apply on a node proves that node
+    has applied everything committed before it. Changes nothing."""
+    return {"ok": True}
+
+
+def apply_drain(st: ClusterState, cmd: Drain) -> dict[str, Any]:
+    """An operator drains (or undrains) a node: the leader places nothing new on a
+    draining node and hands leadership away from it; its running runs finish."""
+    node_id, draining = cmd.node, cmd.draining
+    rec = st.nodes.get(node_id)
+    if rec is None:
+        raise InvalidArgument("node", f"no node {node_id!r} has joined the cluster")
+    if rec.draining != draining:
+        rec.draining = draining
+        st.effects.append(NodeDraining(node_id, draining))
+    return {"ok": True, "node": node_id, "draining": draining}
+
+
+def apply_transfer(st: ClusterState, cmd: Transfer) -> dict[str, Any]:
+    """Ask the leader (whichever it is when this applies) to hand leadership to
+    ``to`` (a node id) or, when ``to`` is None, to the most caught-up peer."""
+    to = cmd.to
+    if to is not None and to not in st.nodes:
+        raise InvalidArgument("to", "must be the id of a node of the cluster, or null")
+    if to is not None and (st.nodes[to].draining or members.is_removed(st, to)):
+        raise Conflict(to, "the node is draining: it would hand leadership away again")
+    st.effects.append(TransferAsked(to, st.leader["term"]))
+    return {"ok": True, "from": st.leader["node"], "to": to, "term": st.leader["term"]}
+
