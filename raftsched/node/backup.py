@@ -17,6 +17,7 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core.codec import encode_state
@@ -29,7 +30,8 @@ from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, write_seed_dump
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
     from raftsched.node.config import ClusterConfig
-    from raftsched.node.node import Node
+    from raftsched.node.raft import RaftNode
+    from raftsched.node.reads import ReadBarrier
 
 #: Bytes per ``backup`` reply: well below the smallest frame limit a config allows.
 CHUNK_BYTES = 256 * 1024
@@ -37,9 +39,8 @@ CHUNK_BYTES = 256 * 1024
 KEEP_S = 300.0
 
 
-def _encode_forked(node: Node) -> tuple[bytes, int, int]:
+def _encode_forked(raft: RaftNode) -> tuple[bytes, int, int]:
     """(state bytes, index, term) of the state as applied now, encoded in a child."""
-    raft = node.raft
     read_fd, write_fd = os.pipe()
 
     def fork(st: ClusterState) -> tuple[int, int, int]:
@@ -72,22 +73,34 @@ def _encode_forked(node: Node) -> tuple[bytes, int, int]:
 
 
 class Backups:
-    """The backups of one node being fetched, by id."""
+    """The backups of one node being fetched, by id (the ``backup`` operation).
 
-    def __init__(self) -> None:
+    :param raft: the replica whose applied state is backed up.
+    :param reads: the read barrier (the backup holds everything committed before it).
+    :param node_id: this node's id (named in the file's header).
+    :param cluster_id: the cluster id of the secret in use, read at each backup (a
+        secret rotation changes it).
+    """
+
+    def __init__(self, *, raft: RaftNode, reads: ReadBarrier, node_id: str,
+                 cluster_id: Callable[[], str]) -> None:
+        self.raft = raft
+        self.reads = reads
+        self.node_id = node_id
+        self.cluster_id = cluster_id
         self._held: dict[str, tuple[float, bytes]] = {}
 
-    async def handle(self, node: Node, args: dict[str, Any]) -> dict[str, Any]:
+    async def handle(self, args: dict[str, Any]) -> dict[str, Any]:
         backup_id, offset = args.get("id"), args.get("offset", 0)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidArgument("offset", "must be a byte offset")
         now = time.monotonic()
         self._held = {k: v for k, v in self._held.items() if now - v[0] < KEEP_S}
         if backup_id is None:
-            await node.reads.wait()
-            blob, index, term = await asyncio.to_thread(_encode_forked, node)
-            data = encode_backup(blob, cluster_id=node.cluster_id, index=index, term=term,
-                                 time_ms=now_ms(), node=node.node_id)
+            await self.reads.wait()
+            blob, index, term = await asyncio.to_thread(_encode_forked, self.raft)
+            data = encode_backup(blob, cluster_id=self.cluster_id(), index=index, term=term,
+                                 time_ms=now_ms(), node=self.node_id)
             backup_id = uuid.uuid4().hex
             self._held[backup_id] = (now, data)
         elif not isinstance(backup_id, str) or backup_id not in self._held:

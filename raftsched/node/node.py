@@ -182,9 +182,10 @@ class Node:
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
             self.worker.statistics, lambda: self.loop)
         self.leader = LeaderLoop(self)
-        self.backups = Backups()
         self.notifier = notifier.Notifier(self)
         self.reads = ReadBarrier(self.raft, node_id)
+        self.backups = Backups(raft=self.raft, reads=self.reads, node_id=node_id,
+                               cluster_id=lambda: self.cluster_id)
         # The cluster id is read at each request: a secret rotation changes it.
         status = StatusView(raft=self.raft, cfg=cfg, node_id=node_id,
                             raft_to_id=self.raft_to_id, cluster_id=lambda: self.cluster_id,
@@ -201,7 +202,7 @@ class Node:
         #: The API operations, by name: one explicit table (the API router is handle()).
         self.ops: dict[str, Op] = {
             **self.jobs.ops(), **cluster.ops(),
-            "backup": functools.partial(self.backups.handle, self),
+            "backup": self.backups.handle,
             "add_node": functools.partial(membership.add_node, self),
             "remove_node": functools.partial(membership.remove_node, self),
             "apply": functools.partial(applyops.op_apply, self),
