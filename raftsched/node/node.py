@@ -182,7 +182,10 @@ class Node:
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
             self.worker.statistics, lambda: self.loop)
         self.leader = LeaderLoop(self)
-        self.notifier = notifier.Notifier(self)
+        # The signing key is derived from the secret in use at start (as before).
+        self.notifier = notifier.Notifier(
+            raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
+            node_id=node_id, missing_feature=functools.partial(applyops.missing_feature, self))
         self.reads = ReadBarrier(self.raft, node_id)
         self.backups = Backups(raft=self.raft, reads=self.reads, node_id=node_id,
                                cluster_id=lambda: self.cluster_id)

@@ -19,18 +19,20 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from raftsched.core import notify
 from raftsched.core.commands import Command, NotifyDefault, NotifyResults
 from raftsched.core.errors import RaftschedError
-from raftsched.node import applyops, events
+from raftsched.node import events
 from raftsched.node.clock import now_ms
 from raftsched.wire import webhook
 
 if TYPE_CHECKING:
-    from raftsched.node.node import Node
+    from raftsched.node.notifyconfig import NotifyConfig
+    from raftsched.node.raft import RaftNode
 
 log = logging.getLogger("raftsched.notify")
 
@@ -66,13 +68,37 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> st
     return "" if 200 <= status < 300 else f"HTTP {status}"
 
 
-class Notifier:
-    """See the module docstring. Runs on the node's event loop."""
+class Leadership(Protocol):
+    """The leader loop's leadership as it stands (``LeaderLoop``)."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
-        self.cfg = node.cfg.notify
-        self.key = webhook.notify_key(node.secret or "")
+    #: Its leadership record for :attr:`term` committed (plans of that term count).
+    active: bool
+    #: The term it leads, or last led, in (None before it ever led).
+    term: int | None
+
+
+class Notifier:
+    """See the module docstring. Runs on the node's event loop.
+
+    :param raft: the replica: the pending deliveries are read and the results committed
+        through it.
+    :param leader: the leader loop (deliveries are made only while it leads).
+    :param cfg: the ``[notify]`` table (the cluster default, timeouts, retries).
+    :param secret: the cluster secret the signing key is derived from, once, here.
+    :param node_id: this node's id (named in the events).
+    :param missing_feature: the members whose heartbeats do not announce a feature
+        (``applyops``): the default is committed only once every member knows it.
+    """
+
+    def __init__(self, *, raft: RaftNode, leader: Leadership, cfg: NotifyConfig,
+                 secret: str | None, node_id: str,
+                 missing_feature: Callable[[str], list[str]]) -> None:
+        self.raft = raft
+        self.leader = leader
+        self.node_id = node_id
+        self.missing_feature = missing_feature
+        self.cfg = cfg
+        self.key = webhook.notify_key(secret or "")
         self.inflight: set[str] = set()
         self._default_term: int | None = None
         self._wake = asyncio.Event()
@@ -82,8 +108,8 @@ class Notifier:
         self._wake.set()
 
     def _leading(self) -> int | None:
-        lead = self.node.leader
-        term = self.node.raft.leader_term()
+        lead = self.leader
+        term = self.raft.leader_term()
         return term if lead.active and term is not None and term == lead.term else None
 
     async def run(self) -> None:
@@ -96,7 +122,7 @@ class Notifier:
                     await self._sync_default(term)
                     free = MAX_INFLIGHT - len(self.inflight)
                     if free > 0:
-                        due = self.node.raft.read(functools.partial(
+                        due = self.raft.read(functools.partial(
                             _due, now_ms(), self.inflight, free))
                         for d in due:
                             self.inflight.add(d.key)
@@ -114,10 +140,10 @@ class Notifier:
         """Commit our ``[notify]`` default once per term when the state's differs."""
         if self._default_term == term:
             return
-        if applyops.missing_feature(self.node, "notify"):
+        if self.missing_feature("notify"):
             return  # an older member would refuse the command (a rolling upgrade)
         want = self.cfg.default
-        have = self.node.raft.read(lambda st: st.notify.default)
+        have = self.raft.read(lambda st: st.notify.default)
         if have != want:
             reply = await self._commit(NotifyDefault(
                 at=now_ms(), term=term, spec=want.to_spec() if want else None))
@@ -144,7 +170,7 @@ class Notifier:
                 item = [d.key, False, error, now_ms() + self.cfg.delay_ms(attempt)]
             outcome = "delivered" if not error else ("failed" if item[3] is None else "retry")
             # The URL may hold a token: events name its host only.
-            events.emit(f"notify.{outcome}", node=self.node.node_id, run_id=d.run_id,
+            events.emit(f"notify.{outcome}", node=self.node_id, run_id=d.run_id,
                         delivery=d.key, attempt=attempt, host=urlsplit(d.url).hostname,
                         error=error or None,
                         level=logging.INFO if not error else logging.WARNING)
@@ -159,7 +185,7 @@ class Notifier:
 
     async def _commit(self, cmd: Command) -> dict[str, Any] | None:
         try:
-            fut = asyncio.wrap_future(self.node.raft.submit(cmd))
+            fut = asyncio.wrap_future(self.raft.submit(cmd))
             reply: dict[str, Any] = await asyncio.wait_for(fut, COMMIT_TIMEOUT_S)
             return reply
         except (RaftschedError, TimeoutError) as exc:
