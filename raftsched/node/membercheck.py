@@ -18,12 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from raftsched.core.errors import RaftschedError, Unauthenticated
 from raftsched.core.members import MemberRecord
 from raftsched.node import events
 from raftsched.wire.client import Client
+
+if TYPE_CHECKING:
+    from raftsched.node.config import ClusterConfig
+    from raftsched.node.raft import RaftNode
 
 log = logging.getLogger("raftsched.node")
 
@@ -31,6 +37,22 @@ log = logging.getLogger("raftsched.node")
 RETRY_S = 2.0
 RECHECK_S = 60.0
 _TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberCheck:
+    """What the check reads and whom it tells, built by the node (node.py)."""
+
+    #: This node's cluster config: the members compared, their API addresses, the CA.
+    cfg: ClusterConfig
+    #: This node's id (not asked; named when a peer says it was removed).
+    node_id: str
+    #: The replica: whether a leader reaches us, and the replicated membership.
+    raft: RaftNode
+    #: The cluster secret in use now, read at each check (a rotation changes it).
+    secret: Callable[[], str | None]
+    #: Stops the node with an error event and exit status 1: ``fatal(problem, event)``.
+    fatal: Callable[[str, str], None]
 
 
 def member_list(cfg: Any) -> list[dict[str, str]]:
@@ -59,16 +81,16 @@ def _ask(addr: str, secret: str | None, tls_ca: str | None = None) -> Any:
         return client.call("members"), client.node
 
 
-async def watch(node: Any) -> None:
+async def watch(mc: MemberCheck) -> None:
     """Runs for the node's life: check each peer until it matched, then now and then."""
-    mine = member_list(node.cfg)
-    peers = [p for p in node.cfg.nodes if p.id != node.node_id]
+    mine = member_list(mc.cfg)
+    peers = [p for p in mc.cfg.nodes if p.id != mc.node_id]
     reported: dict[str, Any] = {}
     due = {p.id: 0.0 for p in peers}
     loop = asyncio.get_running_loop()
     while peers:
         now = loop.time()
-        if not _leader_reaches_us(node):
+        if not _leader_reaches_us(mc.raft):
             # Perhaps we were removed (the members drop a removed node's connections
             # silently). Ask every peer again soon, however recently it matched, not at
             # its next recheck a minute away.
@@ -77,21 +99,21 @@ async def watch(node: Any) -> None:
         for peer in peers:
             if due[peer.id] > now:
                 continue
-            found = await _check(node, peer, mine)
+            found = await _check(mc, peer, mine)
             if found is None:  # unreachable: nothing learned
                 due[peer.id] = now + RETRY_S
                 continue
             if found.get("removed"):
-                node._fatal(found["problem"], "node.removed")
+                mc.fatal(found["problem"], "node.removed")
                 return
-            found = _unexplained(node, found)
+            found = _unexplained(mc.raft, found)
             due[peer.id] = now + (RECHECK_S if not found else RETRY_S * 5)
-            if not _leader_reaches_us(node):
+            if not _leader_reaches_us(mc.raft):
                 # No leader reaches us: perhaps we were removed (the members drop a
                 # removed node's connections silently); ask again soon.
                 due[peer.id] = now + RETRY_S
             if found and reported.get(peer.id) != found:
-                events.emit("config.mismatch", node=node.node_id, peer=peer.id,
+                events.emit("config.mismatch", node=mc.node_id, peer=peer.id,
                             level=logging.ERROR, **found)
             elif not found and reported.get(peer.id) != found:
                 log.info("config matches peer %s", peer.id)
@@ -100,22 +122,22 @@ async def watch(node: Any) -> None:
         await asyncio.sleep(min(max(min(due.values()) - loop.time(), 0.2), RETRY_S))
 
 
-def _leader_reaches_us(node: Any) -> bool:
+def _leader_reaches_us(raft: RaftNode) -> bool:
     """A leader is known and we lead or are connected to it. A removed node may go on
     naming its old leader for good: connected to no one, pysyncobj never campaigns."""
-    leader = node.raft.leader_addr()
+    leader = raft.leader_addr()
     if leader is None:
         return False
-    return bool(leader == node.raft.self_addr or node.raft.connected_peers().get(leader))
+    return bool(leader == raft.self_addr or raft.connected_peers().get(leader))
 
 
-def _unexplained(node: Any, found: dict[str, Any]) -> dict[str, Any]:
+def _unexplained(raft: RaftNode, found: dict[str, Any]) -> dict[str, Any]:
     """The differences left once those the cluster made on purpose are set aside: files
     differ about members added or removed after the seed until the operator edits them
     (``status`` names those), and a joining node's file lists itself already."""
-    if not found or node.raft.joining():
-        return {} if found and node.raft.joining() else found
-    recs = node.raft.read(lambda st: [MemberRecord.from_row(m.to_row())
+    if not found or raft.joining():
+        return {} if found and raft.joining() else found
+    recs = raft.read(lambda st: [MemberRecord.from_row(m.to_row())
                                       for m in st.members.values()])
     if not recs or "only_here" not in found:
         return found
@@ -126,11 +148,12 @@ def _unexplained(node: Any, found: dict[str, Any]) -> dict[str, Any]:
     return dict(found, **left) if any(left.values()) else {}
 
 
-async def _check(node: Any, peer: Any, mine: list[dict[str, str]]) -> dict[str, Any] | None:
+async def _check(mc: MemberCheck, peer: Any, mine: list[dict[str, str]]
+                 ) -> dict[str, Any] | None:
     """{} when ``peer`` runs our config; the differences; None when it did not answer."""
     try:
-        reply, answered_by = await asyncio.to_thread(_ask, peer.api, node.secret,
-                                                     node.cfg.tls_ca or "")
+        reply, answered_by = await asyncio.to_thread(_ask, peer.api, mc.secret(),
+                                                     mc.cfg.tls_ca or "")
     except Unauthenticated:
         return {"problem": f"{peer.id} at {peer.api} refuses this node's cluster secret: "
                            f"the secrets differ"}
@@ -139,9 +162,9 @@ async def _check(node: Any, peer: Any, mine: list[dict[str, str]]) -> dict[str, 
     if answered_by is not None and answered_by != peer.id:
         return {"problem": f"{peer.api} is node {answered_by!r:.70}, not {peer.id!r}"}
     removed = reply.get("removed") if isinstance(reply, dict) else None
-    if isinstance(removed, list) and node.node_id in removed:
+    if isinstance(removed, list) and mc.node_id in removed:
         return {"removed": True,
-                "problem": f"this node ({node.node_id}) was removed from the cluster (says "
+                "problem": f"this node ({mc.node_id}) was removed from the cluster (says "
                            f"{peer.id}); the members refuse it and it will not rejoin. To "
                            f"bring the machine back, wipe its data dir and add it under a "
                            f"new id with `raftsched cluster add-node`"}

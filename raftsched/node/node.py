@@ -339,7 +339,9 @@ class Node:
                  asyncio.create_task(self.leader.run(), name="leader"),
                  asyncio.create_task(self.notifier.run(), name="notifier"),
                  asyncio.create_task(self.liveness.run(), name="heartbeat"),
-                 asyncio.create_task(membercheck.watch(self), name="membercheck"),
+                 asyncio.create_task(membercheck.watch(membercheck.MemberCheck(
+                     cfg=self.cfg, node_id=self.node_id, raft=self.raft,
+                     secret=lambda: self.secret, fatal=self._fatal)), name="membercheck"),
                  asyncio.create_task(self.secrets.watch(self._secrets_changed),
                                      name="secrets")]
         try:

@@ -43,12 +43,13 @@ def test_a_matched_node_that_loses_its_leader_asks_again_and_stops_when_removed(
              for i in (1, 2, 3)]
     raft = FakeRaft()
     fatal: list[tuple[str, str]] = []
-    node = SimpleNamespace(node_id="n3", cfg=SimpleNamespace(nodes=peers), raft=raft,
-                           _fatal=lambda problem, event: fatal.append((problem, event)))
+    mc = membercheck.MemberCheck(
+        node_id="n3", cfg=SimpleNamespace(nodes=peers), raft=raft,
+        secret=lambda: None, fatal=lambda problem, event: fatal.append((problem, event)))
     removed = asyncio.Event()
     asked: list[tuple[str, float]] = []
 
-    async def check(_node: Any, peer: Any, _mine: Any) -> dict[str, Any]:
+    async def check(_mc: Any, peer: Any, _mine: Any) -> dict[str, Any]:
         asked.append((peer.id, time.monotonic()))
         if removed.is_set():
             return {"removed": True, "problem": f"n3 was removed (says {peer.id})"}
@@ -57,7 +58,7 @@ def test_a_matched_node_that_loses_its_leader_asks_again_and_stops_when_removed(
     monkeypatch.setattr(membercheck, "_check", check)
 
     async def scenario() -> float:
-        task = asyncio.create_task(membercheck.watch(node))
+        task = asyncio.create_task(membercheck.watch(mc))
         while {p for p, _ in asked} != {"n1", "n2"}:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.5)
