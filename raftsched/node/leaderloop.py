@@ -378,7 +378,7 @@ class LeaderLoop:
         lease counts from, and every member applies a lease release's condition (an
         older one would apply it unconditionally and its state could part)."""
         return (node_id in self.last_hb
-                and not applyops.missing_feature(self.node, applyops.LEASE_FEATURE))
+                and not self.node.features.missing(applyops.LEASE_FEATURE))
 
     def _capacities(self, st: ClusterState, connected: dict[str, bool]) -> tuple[Capacity, ...]:
         """The nodes that may take work (call under the state lock: via read())."""

@@ -181,11 +181,14 @@ class Node:
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
             self.worker.statistics, lambda: self.loop)
+        #: Which members announce this release's commands (a rolling upgrade).
+        self.features = applyops.Features(raft=self.raft,
+                                          config_ids=tuple(p.id for p in cfg.nodes))
         self.leader = LeaderLoop(self)
         # The signing key is derived from the secret in use at start (as before).
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
-            node_id=node_id, missing_feature=functools.partial(applyops.missing_feature, self))
+            node_id=node_id, missing_feature=self.features.missing)
         self.reads = ReadBarrier(self.raft, node_id)
         self.backups = Backups(raft=self.raft, reads=self.reads, node_id=node_id,
                                cluster_id=lambda: self.cluster_id)
@@ -208,8 +211,9 @@ class Node:
             "backup": self.backups.handle,
             "add_node": functools.partial(membership.add_node, self),
             "remove_node": functools.partial(membership.remove_node, self),
-            "apply": functools.partial(applyops.op_apply, self),
-            "diff_apply": functools.partial(applyops.op_diff_apply, self),
+            **applyops.ApplyOps(
+                raft=self.raft, writes=self.writes, reads=self.reads, limits=cfg.limits,
+                allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes).ops(),
         }
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=None,
@@ -404,7 +408,7 @@ class Node:
             raise InvalidArgument("op", f"unknown operation {op[:40]!r}")
         if not isinstance(args, dict):
             raise InvalidArgument("args", "must be a map")
-        applyops.check_features(self, op, args)
+        self.features.check(op, args)
         if op in _QUORUM_READS and args.get("stale") is not True:
             # A node cut off from the quorum would answer from a state that may be behind
             # (an empty list after a restart): say there is no quorum instead.

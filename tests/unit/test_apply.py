@@ -95,32 +95,32 @@ def test_new_commands_wait_until_every_member_announces_them() -> None:
     from raftsched.core.commands import Heartbeat
     from raftsched.core.errors import Conflict
     from raftsched.core.records import NodeRecord
-    from raftsched.node.applyops import FEATURES, check_features
+    from raftsched.node.applyops import FEATURES, Features
 
     st = ClusterState()
     for nid, features in (("n1", FEATURES), ("n2", None)):
         assert st.apply(Heartbeat(at=T0, node=nid, boot=1, slots=1, queue=0,
                                   features=features))["ok"]
     # No replicated membership yet: the config's members are checked.
-    node = SimpleNamespace(raft=SimpleNamespace(read=lambda fn: fn(st)),
-                           cfg=SimpleNamespace(nodes=[SimpleNamespace(id="n1"),
-                                                      SimpleNamespace(id="n2")]))
+    gate = Features(raft=SimpleNamespace(read=lambda fn: fn(st)),  # type: ignore[arg-type]
+                    config_ids=("n1", "n2"))
+    check_features = gate.check
     with pytest.raises(Conflict, match="n2 run an older raftsched"):
-        check_features(node, "apply", {"specs": [spec("a")]})
+        check_features("apply", {"specs": [spec("a")]})
     with pytest.raises(Conflict, match="^notify: node"):
-        check_features(node, "put_job", {"spec": spec("a", notify={"url": "http://h"})})
-    check_features(node, "put_job", {"spec": spec("a")})  # nothing new in it
+        check_features("put_job", {"spec": spec("a", notify={"url": "http://h"})})
+    check_features("put_job", {"spec": spec("a")})  # nothing new in it
     # With a replicated membership, its active members are (n2 removed: not checked).
     from raftsched.core.members import MemberRecord
     st.members = {n: MemberRecord(node_id=n, raft="", api="", status=s, since_ms=0)
                   for n, s in (("n1", "active"), ("n2", "removed"))}
-    check_features(node, "apply", {"specs": [spec("a")]})
+    check_features("apply", {"specs": [spec("a")]})
     st.members = {}
     back = decode_state(encode_state(st))
     assert back.nodes["n1"].features == FEATURES and back.nodes["n2"].features is None
     assert st.apply(Heartbeat(at=T0 + 1, node="n2", boot=2, slots=1, queue=0,
                               features=FEATURES))["ok"]
-    check_features(node, "apply", {"specs": [spec("a", notify={"url": "http://h"})]})
+    check_features("apply", {"specs": [spec("a", notify={"url": "http://h"})]})
     # Rows of older snapshots (11 or 12 fields) still load, without features.
     old = NodeRecord.from_row(["n3", 1, 2, 1, 0, [], "", True, None, None, 7, False])
     assert old.features is None and old.pid == 7
