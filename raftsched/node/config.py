@@ -1,4 +1,6 @@
-"""Cluster configuration: the TOML file every node and client reads.
+"""Cluster configuration: the TOML file every node and client reads, and its
+cluster-level settings ([cluster], [limits], [timing], [log]; the [[nodes]] table is
+:mod:`raftsched.node.confignodes`', [notify] :mod:`raftsched.node.notifyconfig`').
 
 ``parse_config`` is pure (a dict in, frozen records out); only ``load_config`` reads
 a file. Every problem is a ConfigError naming the full key (``nodes[1].raft``). The
@@ -7,8 +9,6 @@ secret is never in the config: ``cluster.secret_env`` names the variable holding
 
 from __future__ import annotations
 
-import difflib
-import ipaddress
 import os
 import re
 import tomllib
@@ -16,8 +16,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftsched.core.durations import format_duration, parse_duration
-from raftsched.core.errors import ConfigError, InvalidSpec
+from raftsched.core.durations import format_duration
+from raftsched.core.errors import ConfigError
+from raftsched.node.confignodes import (
+    DEFAULT_QUEUE_PER_WORKER,
+    DEFAULT_WORKERS,
+    MAX_NODES,
+    MAX_QUEUE,
+    MAX_TAGS,
+    MAX_WORKERS,
+    NODE_ID_RE,
+    ROLES,
+    NodeConfig,
+    is_loopback,
+    parse_nodes,
+    split_addr,
+)
+from raftsched.node.configvalues import read_duration, read_int, read_str, read_strs, section
 from raftsched.node.notifyconfig import NotifyConfig, parse_notify
 
 DEFAULT_DATA_DIR = "./raftsched-data"  # relative: a first run keeps its journal nearby, no root
@@ -26,13 +41,6 @@ DEFAULT_NODE_ID = "n1"  # the embedded default's node, the example file's first 
 DEFAULT_RAFT_ADDR = "127.0.0.1:7001"  # loopback: the embedded default needs no secret
 DEFAULT_API_ADDR = "127.0.0.1:7101"  # raft port + 100, as in the example file
 DEFAULT_METRICS_ADDR = "127.0.0.1:7201"  # raft port + 200
-DEFAULT_WORKERS = 4  # shows parallelism, still leaves a laptop responsive
-#: queue = workers x 4 covers a few lookaheads of short jobs; a lost node strands little.
-DEFAULT_QUEUE_PER_WORKER = 4
-MAX_WORKERS = 1024  # past this a node is misconfigured, not big: each worker is a process
-MAX_QUEUE = 100_000  # past this it is a backlog the leader should place elsewhere
-MAX_NODES = 9  # commits wait on a majority; more nodes cost latency for no real gain
-MAX_TAGS = 32  # placement matches tags per run; keep the per-node set small
 MIN_SECRET_LEN = 16  # the secret keys Raft encryption and client auth; shorter is guessable
 
 #: A million jobs: a few hundred MB of replicated state, a snapshot that loads in seconds.
@@ -69,36 +77,8 @@ DEFAULT_LOG_FORMAT = "json"  # what log shippers ingest; "text" is for a termina
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 
-_NODE_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_TAG_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _ENV_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
 _DOTTED_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_LABEL_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NodeConfig:
-    """One cluster member.
-
-    id: unique name, also the name of its data subfolder.
-    raft: host:port peers dial for Raft traffic (must be a concrete address).
-    api: host:port clients dial for the API.
-    metrics: host:port of the Prometheus endpoint, or None for no endpoint.
-    http: host:port of the HTTP/JSON API and dashboard, or None (the default: off).
-    workers: how many runs execute concurrently on this node.
-    queue: assigned runs that may wait here beyond the busy slots before the leader
-        stops placing on this node.
-    tags: labels a job can require for placement.
-    """
-
-    id: str
-    raft: str
-    api: str
-    metrics: str | None = None
-    http: str | None = None
-    workers: int = DEFAULT_WORKERS
-    queue: int
-    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -224,12 +204,6 @@ class ClusterConfig:
         return os.path.join(self.data_dir, self.node(node_id).id)
 
 
-_WILDCARDS = ("0.0.0.0", "::")
-_ROLES = ("raft", "api", "metrics", "http")
-#: Roles that are optional (off unless set).
-_OPTIONAL_ROLES = ("metrics", "http")
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
-               list: "an array", tuple: "an array", dict: "a table"}
 _HOUR_MS = 3_600_000
 #: [limits] integer key -> (min, max); the maxima catch typos, they are not advice.
 _LIMIT_INTS: dict[str, tuple[int, int]] = {
@@ -247,114 +221,6 @@ _TIMING_KEYS: dict[str, tuple[int, int]] = {
 }
 
 
-def is_loopback(host: str) -> bool:
-    """True for "localhost", 127.0.0.0/8 and ::1 (brackets allowed); never resolves DNS."""
-    h = host.strip("[]").lower().rstrip(".")
-    try:
-        return h == "localhost" or ipaddress.ip_address(h.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def split_addr(addr: Any, key: str) -> tuple[str, int]:
-    """(host, port) of "host:port": host an IPv4 literal, a hostname or "[ipv6]" (returned
-    without brackets), port 1..65535; ConfigError(key, ...) otherwise."""
-    if not isinstance(addr, str):
-        raise ConfigError(key, f'must be a "host:port" string, got {_tname(addr)}')
-    if addr.startswith("["):
-        host, sep, port_s = addr[1:].partition("]:")
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ConfigError(key, f'{addr!r} is not "[ipv6]:port"') from None
-    else:
-        host, sep, port_s = addr.rpartition(":")
-        if not sep or not host:
-            raise ConfigError(key, f'{addr!r} is not "host:port"')
-        if ":" in host:
-            raise ConfigError(key, f'{addr!r}: write IPv6 in brackets, e.g. "[::1]:7001"')
-        labels = host.removesuffix(".").split(".")
-        # No TLD is all digits, so this is an IPv4 attempt: rejects "300.1.1.1", "10.0.1".
-        if labels[-1].isdigit():
-            try:
-                ipaddress.IPv4Address(host)
-            except ValueError:
-                raise ConfigError(key, f"{addr!r}: {host!r} is not a valid IPv4 address") from None
-        elif len(host) > 253 or not all(_LABEL_RE.fullmatch(lb) for lb in labels):
-            raise ConfigError(key, f"{addr!r}: {host!r} is not a valid hostname or IPv4 address")
-    if not (port_s.isascii() and port_s.isdigit() and 1 <= int(port_s) <= 65535):
-        raise ConfigError(key, f"{addr!r}: port must be a number 1..65535")
-    return host, int(port_s)
-
-
-def _addrs_clash(a: tuple[str, int], b: tuple[str, int], same_node: bool) -> bool:
-    (ha, pa), (hb, pb) = (a[0].lower().rstrip("."), a[1]), (b[0].lower().rstrip("."), b[1])
-    if pa != pb:
-        return False
-    # A wildcard takes the port on every local interface, but other nodes may be
-    # other machines, so it only provably clashes within one node.
-    if ha in _WILDCARDS or hb in _WILDCARDS:
-        return same_node
-    # Loopback is always this machine, and "localhost" may be 127.0.0.1 or ::1.
-    return ha == hb or ("localhost" in (ha, hb) and is_loopback(ha) and is_loopback(hb))
-
-
-def _tname(v: Any) -> str:
-    return _TYPE_NAMES.get(type(v), type(v).__name__)
-
-
-def _section(tbl: Any, path: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
-    if not isinstance(tbl := {} if tbl is None else tbl, Mapping):
-        raise ConfigError(path or "(root)", f"must be a table, got {_tname(tbl)}")
-    for k in tbl:
-        if k not in allowed:
-            hint = difflib.get_close_matches(str(k), allowed, n=1)
-            hint_s = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ConfigError(f"{path}.{k}" if path else str(k), f"unknown key{hint_s}")
-    return tbl
-
-
-def _int(tbl: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
-    v = tbl.get(key, default)
-    # bool is an int subclass, but `workers = true` is a mistake, never a count.
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ConfigError(path, f"must be an integer, got {_tname(v)}")
-    if not lo <= v <= hi:
-        raise ConfigError(path, f"must be between {lo} and {hi}, got {v}")
-    return v
-
-
-def _str(tbl: Mapping[str, Any], key: str, path: str, default: str | None = None) -> str:
-    # default None means the key is required.
-    if key not in tbl and default is None:
-        raise ConfigError(path, "required key is missing")
-    if not isinstance(v := tbl.get(key, default), str):
-        raise ConfigError(path, f"must be a string, got {_tname(v)}")
-    return v
-
-
-def _strs(tbl: Mapping[str, Any], key: str, path: str, pat: re.Pattern[str],
-          what: str) -> tuple[str, ...]:
-    v = tbl.get(key, ())
-    if not isinstance(v, (list, tuple)):
-        raise ConfigError(path, f"must be an array of strings, got {_tname(v)}")
-    for i, item in enumerate(v):
-        if not isinstance(item, str) or not pat.fullmatch(item):
-            raise ConfigError(f"{path}[{i}]", f"{item!r} is not {what}")
-        if item in v[:i]:
-            raise ConfigError(f"{path}[{i}]", f"{item!r} is listed twice")
-    return tuple(v)
-
-
-def _duration(tbl: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
-    if key not in tbl:
-        return default
-    try:
-        return parse_duration(tbl[key], path, minimum_ms=lo, maximum_ms=hi)
-    except InvalidSpec as exc:
-        raise ConfigError(path, exc.message.removeprefix(f"{exc.field}: ")) from exc
-
-
 _CLUSTER_PATHS = ("secret_file", "tls_cert", "tls_key", "tls_ca")
 
 
@@ -363,7 +229,7 @@ def _parse_cluster_paths(raw: Any) -> dict[str, str | None]:
     tbl = {} if not isinstance(raw, Mapping) else raw
     out: dict[str, str | None] = {}
     for key in _CLUSTER_PATHS:
-        value = _str(tbl, key, f"cluster.{key}", "") or None
+        value = read_str(tbl, key, f"cluster.{key}", "") or None
         if value is not None and "\0" in value:
             raise ConfigError(f"cluster.{key}", "must be a path")
         out[key] = value
@@ -376,77 +242,29 @@ def _parse_cluster_paths(raw: Any) -> dict[str, str | None]:
 
 
 def _parse_cluster(raw: Any) -> tuple[str, str | None, tuple[str, ...]]:
-    tbl = _section(raw, "cluster", ("data_dir", "secret_env", "allowed_call_prefixes",
-                                    *_CLUSTER_PATHS))
-    data_dir = _str(tbl, "data_dir", "cluster.data_dir")
+    tbl = section(raw, "cluster", ("data_dir", "secret_env", "allowed_call_prefixes",
+                                   *_CLUSTER_PATHS))
+    data_dir = read_str(tbl, "data_dir", "cluster.data_dir")
     if not data_dir.strip() or "\0" in data_dir:
         raise ConfigError("cluster.data_dir", "must be a non-empty path")
     # "" (TOML has no null) or None says "no secret": a loopback-only cluster.
     env_tbl = {"secret_env": ""} if tbl.get("secret_env", "") is None else tbl
-    secret_env = _str(env_tbl, "secret_env", "cluster.secret_env", DEFAULT_SECRET_ENV) or None
+    secret_env = read_str(env_tbl, "secret_env", "cluster.secret_env", DEFAULT_SECRET_ENV) or None
     if secret_env is not None and not _ENV_RE.fullmatch(secret_env):
         raise ConfigError("cluster.secret_env", f"{secret_env!r} is not an env variable name")
-    prefixes = _strs(tbl, "allowed_call_prefixes", "cluster.allowed_call_prefixes", _DOTTED_RE,
-                     'a dotted module name like "pkg.mod"')
+    prefixes = read_strs(tbl, "allowed_call_prefixes", "cluster.allowed_call_prefixes", _DOTTED_RE,
+                         'a dotted module name like "pkg.mod"')
     return data_dir, secret_env, prefixes
 
 
-def _parse_node(raw: Any, i: int) -> NodeConfig:
-    p = f"nodes[{i}]"
-    raw = _section(raw, p, ("id", *_ROLES, "workers", "queue", "tags"))
-    node_id = _str(raw, "id", f"{p}.id")
-    # "." and ".." pass the character class but would make node_data_dir escape data_dir.
-    if not _NODE_ID_RE.fullmatch(node_id) or node_id in (".", ".."):
-        raise ConfigError(f"{p}.id", f"{node_id!r} is not 1-64 of [A-Za-z0-9_.-]")
-    addrs = {r: _str(raw, r, f"{p}.{r}", "" if r in _OPTIONAL_ROLES else None) or None
-             for r in _ROLES}
-    for role, addr in addrs.items():
-        host = split_addr(addr, f"{p}.{role}")[0] if addr is not None else None
-        # Peers dial the raft address exactly as written, and 0.0.0.0 is not dialable.
-        if role == "raft" and host in _WILDCARDS:
-            raise ConfigError(f"{p}.raft", f"{addr!r}: peers dial it; use a reachable address")
-    workers = _int(raw, "workers", f"{p}.workers", DEFAULT_WORKERS, 1, MAX_WORKERS)
-    queue = _int(raw, "queue", f"{p}.queue", workers * DEFAULT_QUEUE_PER_WORKER, 0, MAX_QUEUE)
-    tags = _strs(raw, "tags", f"{p}.tags", _TAG_RE, "1-64 of [A-Za-z0-9_.:-]")
-    if len(tags) > MAX_TAGS:
-        raise ConfigError(f"{p}.tags", f"at most {MAX_TAGS} tags, got {len(tags)}")
-    return NodeConfig(id=node_id, raft=addrs["raft"], api=addrs["api"], metrics=addrs["metrics"],
-                      http=addrs["http"], workers=workers, queue=queue, tags=tags)
-
-
-def _parse_nodes(raw: Any) -> tuple[NodeConfig, ...]:
-    if not isinstance(raw, (list, tuple)):
-        raise ConfigError("nodes", "required key is missing: add [[nodes]] tables" if raw is None
-                          else f"must be an array of tables ([[nodes]]), got {_tname(raw)}")
-    if not 1 <= len(raw) <= MAX_NODES:
-        raise ConfigError("nodes", f"need 1..{MAX_NODES} nodes, got {len(raw)}")
-    nodes = tuple(_parse_node(r, i) for i, r in enumerate(raw))
-    ids: dict[str, int] = {}
-    bound: list[tuple[tuple[str, int], int, str, str]] = []  # (host, port), node, key, addr
-    for i, n in enumerate(nodes):
-        if n.id in ids:
-            raise ConfigError(f"nodes[{i}].id", f"duplicate id {n.id!r} (also nodes[{ids[n.id]}])")
-        ids[n.id] = i
-        for role in _ROLES:
-            if (addr := getattr(n, role)) is None:
-                continue
-            hp = split_addr(addr, key := f"nodes[{i}].{role}")
-            for other_hp, other_i, other_key, other_addr in bound:
-                if _addrs_clash(hp, other_hp, other_i == i):
-                    raise ConfigError(key, f"{addr} collides with {other_key} ({other_addr}): "
-                                           "every address and port must be unique")
-            bound.append((hp, i, key, addr))
-    return nodes
-
-
 def _parse_limits(raw: Any) -> Limits:
-    tbl = _section(raw, "limits", (*_LIMIT_INTS, "idle_timeout", "done_retention"))
+    tbl = section(raw, "limits", (*_LIMIT_INTS, "idle_timeout", "done_retention"))
     d = Limits()
-    ints = {k: _int(tbl, k, f"limits.{k}", getattr(d, k), *b) for k, b in _LIMIT_INTS.items()}
-    idle = _duration(tbl, "idle_timeout", "limits.idle_timeout", d.idle_timeout_ms, 1000,
-                     86_400_000)
-    done = _duration(tbl, "done_retention", "limits.done_retention", d.done_retention_ms, 0,
-                     3650 * 86_400_000)
+    ints = {k: read_int(tbl, k, f"limits.{k}", getattr(d, k), *b) for k, b in _LIMIT_INTS.items()}
+    idle = read_duration(tbl, "idle_timeout", "limits.idle_timeout", d.idle_timeout_ms, 1000,
+                         86_400_000)
+    done = read_duration(tbl, "done_retention", "limits.done_retention", d.done_retention_ms, 0,
+                         3650 * 86_400_000)
     lim = Limits(**ints, idle_timeout_ms=idle, done_retention_ms=done)
     # A spec, like an output tail, travels inside one frame with an envelope around it.
     for key in ("max_spec_bytes", "output_tail_bytes"):
@@ -457,9 +275,9 @@ def _parse_limits(raw: Any) -> Limits:
 
 
 def _parse_timing(raw: Any) -> Timing:
-    tbl = _section(raw, "timing", tuple(_TIMING_KEYS))
+    tbl = section(raw, "timing", tuple(_TIMING_KEYS))
     d = Timing()
-    t = Timing(**{f"{k}_ms": _duration(tbl, k, f"timing.{k}", getattr(d, f"{k}_ms"), lo, hi)
+    t = Timing(**{f"{k}_ms": read_duration(tbl, k, f"timing.{k}", getattr(d, f"{k}_ms"), lo, hi)
                   for k, (lo, hi) in _TIMING_KEYS.items()})
     fd = format_duration
     rules = (
@@ -485,11 +303,11 @@ def _parse_timing(raw: Any) -> Timing:
 
 
 def _parse_log(raw: Any) -> LogConfig:
-    tbl = _section(raw, "log", ("level", "format"))
+    tbl = section(raw, "log", ("level", "format"))
     out = {}
     for key, default, choices in (("level", DEFAULT_LOG_LEVEL, LOG_LEVELS),
                                   ("format", DEFAULT_LOG_FORMAT, LOG_FORMATS)):
-        out[key] = _str(tbl, key, f"log.{key}", default).lower()
+        out[key] = read_str(tbl, key, f"log.{key}", default).lower()
         if out[key] not in choices:
             raise ConfigError(f"log.{key}", f"{out[key]!r} is not one of {', '.join(choices)}")
     return LogConfig(**out)
@@ -497,14 +315,14 @@ def _parse_log(raw: Any) -> LogConfig:
 
 def parse_config(data: Mapping[str, Any], *, source: str = "<dict>") -> ClusterConfig:
     """Validate a TOML-shaped dict into a ClusterConfig; pure, raises ConfigError."""
-    root = _section(data, "", ("cluster", "nodes", "limits", "timing", "log", "notify"))
+    root = section(data, "", ("cluster", "nodes", "limits", "timing", "log", "notify"))
     data_dir, secret_env, prefixes = _parse_cluster(root.get("cluster"))
     paths = _parse_cluster_paths(root.get("cluster"))
     return ClusterConfig(
         data_dir=data_dir, secret_env=secret_env, allowed_call_prefixes=prefixes, **paths,
-        nodes=_parse_nodes(root.get("nodes")), limits=_parse_limits(root.get("limits")),
+        nodes=parse_nodes(root.get("nodes")), limits=_parse_limits(root.get("limits")),
         timing=_parse_timing(root.get("timing")), log=_parse_log(root.get("log")),
-        notify=parse_notify(root.get("notify"), _section, _int, _duration), source=source,
+        notify=parse_notify(root.get("notify"), section, read_int, read_duration), source=source,
     )
 
 
@@ -551,7 +369,7 @@ def check_bind_safety(cfg: ClusterConfig, node_id: str, secret: str | None) -> N
     node = cfg.node(node_id)
     _check_secret_len(cfg, secret)  # callers may pass a secret from elsewhere than resolve_secret
     i = cfg.nodes.index(node)
-    for role in _ROLES:
+    for role in ROLES:
         key, addr = f"nodes[{i}].{role}", getattr(node, role)
         if secret is None and addr is not None and not is_loopback(split_addr(addr, key)[0]):
             how = (f"set the {cfg.secret_env} environment variable" if cfg.secret_env
@@ -559,3 +377,14 @@ def check_bind_safety(cfg: ClusterConfig, node_id: str, secret: str | None) -> N
             raise ConfigError(key, f"{addr} is not a loopback address; refusing to bind a "
                                    f"non-loopback address without a cluster secret: {how} "
                                    f"(at least {MIN_SECRET_LEN} characters)")
+
+
+#: Kept importable from here (the [[nodes]] table moved to confignodes).
+_NODE_ID_RE = NODE_ID_RE
+__all__ = [
+    "DEFAULT_API_ADDR", "DEFAULT_DATA_DIR", "DEFAULT_METRICS_ADDR", "DEFAULT_NODE_ID",
+    "DEFAULT_QUEUE_PER_WORKER", "DEFAULT_RAFT_ADDR", "DEFAULT_SECRET_ENV", "DEFAULT_WORKERS",
+    "MAX_NODES", "MAX_QUEUE", "MAX_TAGS", "MAX_WORKERS", "MIN_SECRET_LEN", "ClusterConfig",
+    "Limits", "LogConfig", "NodeConfig", "Timing", "check_bind_safety", "embedded_default",
+    "is_loopback", "load_config", "parse_config", "resolve_secret", "split_addr",
+]
