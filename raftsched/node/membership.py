@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import members as core_members
@@ -38,12 +39,13 @@ from raftsched.node import events
 from raftsched.node.config import _NODE_ID_RE, split_addr
 
 if TYPE_CHECKING:
-    from collections.abc import MutableMapping
+    from collections.abc import Mapping, MutableMapping
 
     from raftsched.core.state import ClusterState
     from raftsched.node.config import ClusterConfig
-    from raftsched.node.node import Node
     from raftsched.node.raft import RaftNode
+    from raftsched.node.reads import ReadBarrier
+    from raftsched.node.writes import ClientWrites
 
 #: How long one pysyncobj membership change may take (the new node catching up on the
 #: log or a snapshot counts: the entry commits once a majority of the new set has it).
@@ -54,6 +56,8 @@ _SUCCESS, _DENIED = 0, 6
 REACH_RECHECK_S = 3.0
 #: Default wait for a removed node's runs to end (``remove-node --wait``).
 DRAIN_WAIT_S = 60.0
+
+Op = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
 def seed_command(cfg: ClusterConfig, at: int) -> Member:
@@ -96,27 +100,9 @@ def _args(args: dict[str, Any]) -> tuple[str, str, str]:
     return node_id, raft, api  # type: ignore[return-value]
 
 
-async def _api_answers(node: Node, api: str) -> bool:
-    """Does a raftsched node with our secret answer at ``api`` (the new node, started
-    with ``--join``)?"""
-    from raftsched.wire.client import Client
-
-    def ask() -> bool:
-        with Client([api], secret=node.secret, timeout=2.0,
-                    tls_ca=node.cfg.tls_ca or "") as client:
-            client.status(stale=True)
-        return True
-
-    try:
-        return await asyncio.to_thread(ask)
-    except (RaftschedError, OSError):
-        return False
-
-
-async def _raft_change(node: Node, action: str, addr: str) -> None:
+async def _raft_change(raft: RaftNode, action: str, addr: str) -> None:
     """Commit pysyncobj's membership entry for ``action`` (add/remove) of ``addr``,
     retrying while another change or the leader's first entry is pending."""
-    raft = node.raft
     deadline = time.monotonic() + RAFT_CHANGE_S
     last = "no answer"
     # This replica's view has the change once the leader's entry reached it (done by
@@ -141,95 +127,142 @@ async def _raft_change(node: Node, action: str, addr: str) -> None:
                    f"the same command again", maybe_committed=True)
 
 
-async def add_node(node: Node, args: dict[str, Any]) -> dict[str, Any]:
-    node_id, raft_addr, api = _args(args)
-    force = args.get("force", False)
-    if not isinstance(force, bool):
-        raise InvalidArgument("force", "must be a boolean")
-    await node.reads.wait()
-    raft = node.raft
-    seeded = raft.read(lambda st: bool(st.members))
-    if not seeded:
-        raise NotReady("the membership is not seeded yet (the first leader does it); "
-                       "try again in a moment")
-    voters = raft.raft_members()
-    if raft_addr not in voters and not force:
-        total = len(voters) + 1
-        need = total // 2 + 1
-        # A peer connection that drops for a moment (a loaded host, a reconnect) must
-        # not refuse the change: look again for a few seconds before saying no.
-        look_until = time.monotonic() + REACH_RECHECK_S
-        while True:
-            up = 1 + sum(1 for a, ok in raft.connected_peers().items()
-                         if ok and a in voters)
-            new_up = await _api_answers(node, api)
-            if up + new_up >= need or time.monotonic() >= look_until:
-                break
-            await asyncio.sleep(0.25)
-        if up + new_up < need:
-            raise Conflict(node_id, (
-                f"with it the cluster has {total} voting members and needs {need} up to "
-                f"commit, but only {up} are reachable" + ("" if new_up else
-                                                          f" and nothing answers at {api}")
-                + f": start the new node first (`raftsched node --config FILE --id {node_id} "
-                  f"--join`) or remove dead members first (`raftsched cluster remove-node "
-                  f"ID`); --force adds it anyway"))
-    reply = await node.writes.submit(Member(action="add", node=node_id, raft=raft_addr,
-                                            api=api, at=0), args.get("rid"))
-    refresh_ids(node.raft, node.raft_to_id)
-    await _raft_change(node, "add", raft_addr)
-    events.emit("member.added", node=node.node_id, member=node_id, raft=raft_addr, api=api)
-    return {"node": node_id, "raft": raft_addr, "api": api, "status": reply["status"],
-            "members": member_count(node.raft, node.cfg)}
+class MembershipOps:
+    """``add_node`` and ``remove_node`` (see the module docstring). Every method runs on
+    the node's event loop.
+
+    :param raft: the replica: the state read, and pysyncobj's membership changed.
+    :param writes: commits the ``member`` and ``drain`` commands.
+    :param reads: the read barrier (a change starts from a caught-up state).
+    :param cfg: this node's cluster config (the member count before the seed, the CA).
+    :param node_id: this node's id (it cannot remove itself).
+    :param raft_to_id: Raft address -> node id: the node's one map, updated here in
+        place when a member is added.
+    :param secret: the cluster secret in use now (a rotation changes it): add-node asks
+        the new node's API with it.
+    """
+
+    def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
+                 cfg: ClusterConfig, node_id: str, raft_to_id: MutableMapping[str, str],
+                 secret: Callable[[], str]) -> None:
+        self.raft = raft
+        self.writes = writes
+        self.reads = reads
+        self.cfg = cfg
+        self.node_id = node_id
+        self.raft_to_id = raft_to_id
+        self.secret = secret
+
+    def ops(self) -> dict[str, Op]:
+        """The API operations served here, by name."""
+        return {"add_node": self.add_node, "remove_node": self.remove_node}
+
+    async def _api_answers(self, api: str) -> bool:
+        """Does a raftsched node with our secret answer at ``api`` (the new node, started
+        with ``--join``)?"""
+        from raftsched.wire.client import Client
+
+        def ask() -> bool:
+            with Client([api], secret=self.secret(), timeout=2.0,
+                        tls_ca=self.cfg.tls_ca or "") as client:
+                client.status(stale=True)
+            return True
+
+        try:
+            return await asyncio.to_thread(ask)
+        except (RaftschedError, OSError):
+            return False
 
 
-async def remove_node(node: Node, args: dict[str, Any]) -> dict[str, Any]:
-    node_id = args.get("node")
-    if not isinstance(node_id, str) or not _NODE_ID_RE.fullmatch(node_id):
-        raise InvalidArgument("node", "must be 1-64 of [A-Za-z0-9_.-]")
-    wait_s = args.get("wait", DRAIN_WAIT_S)
-    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or \
-            not 0 <= wait_s <= 3600:
-        raise InvalidArgument("wait", "must be 0..3600 seconds")
-    if node_id == node.node_id:
-        raise Conflict(node_id, "a node cannot remove itself (once removed it reaches no "
-                                "quorum): send remove-node to another member (--addr)")
-    await node.reads.wait()
-    raft = node.raft
+    async def add_node(self, args: dict[str, Any]) -> dict[str, Any]:
+        node_id, raft_addr, api = _args(args)
+        force = args.get("force", False)
+        if not isinstance(force, bool):
+            raise InvalidArgument("force", "must be a boolean")
+        await self.reads.wait()
+        raft = self.raft
+        seeded = raft.read(lambda st: bool(st.members))
+        if not seeded:
+            raise NotReady("the membership is not seeded yet (the first leader does it); "
+                           "try again in a moment")
+        voters = raft.raft_members()
+        if raft_addr not in voters and not force:
+            total = len(voters) + 1
+            need = total // 2 + 1
+            # A peer connection that drops for a moment (a loaded host, a reconnect) must
+            # not refuse the change: look again for a few seconds before saying no.
+            look_until = time.monotonic() + REACH_RECHECK_S
+            while True:
+                up = 1 + sum(1 for a, ok in raft.connected_peers().items()
+                             if ok and a in voters)
+                new_up = await self._api_answers(api)
+                if up + new_up >= need or time.monotonic() >= look_until:
+                    break
+                await asyncio.sleep(0.25)
+            if up + new_up < need:
+                raise Conflict(node_id, (
+                    f"with it the cluster has {total} voting members and needs {need} up to "
+                    f"commit, but only {up} are reachable" + ("" if new_up else
+                                                              f" and nothing answers at {api}")
+                    + f": start the new node first (`raftsched node --config FILE --id {node_id} "
+                      f"--join`) or remove dead members first (`raftsched cluster remove-node "
+                      f"ID`); --force adds it anyway"))
+        reply = await self.writes.submit(Member(action="add", node=node_id, raft=raft_addr,
+                                                api=api, at=0), args.get("rid"))
+        refresh_ids(self.raft, self.raft_to_id)
+        await _raft_change(self.raft, "add", raft_addr)
+        events.emit("member.added", node=self.node_id, member=node_id, raft=raft_addr, api=api)
+        return {"node": node_id, "raft": raft_addr, "api": api, "status": reply["status"],
+                "members": member_count(self.raft, self.cfg)}
 
-    def copy(st: ClusterState) -> tuple[MemberRecord | None, int, bool, bool]:
-        m = st.members.get(node_id)
-        nrec = st.nodes.get(node_id)
-        return (None if m is None else MemberRecord.from_row(m.to_row()),
-                len(core_members.active(st)), nrec is not None and nrec.alive,
-                nrec is not None and nrec.draining)
 
-    rec, active, alive, draining = raft.read(copy)
-    if rec is None or (rec.status == core_members.REMOVED and rec.raft not in
-                       raft.raft_members()):
-        what = "was already removed" if rec is not None else "is not a member"
-        raise Conflict(node_id, what)
-    if rec.status == core_members.ACTIVE and active <= 1:
-        raise Conflict(node_id, "is the last member; a cluster keeps at least one")
-    if alive:
-        if not draining:
-            await node.writes.submit(Drain(node=node_id, draining=True, at=0), None)
-        await _runs_ended(node, node_id, float(wait_s))
-    await _leadership_off(node, node_id)
-    await _raft_change(node, "remove", rec.raft)
-    if rec.status == core_members.ACTIVE:
-        await node.writes.submit(Member(action="remove", node=node_id, raft=rec.raft,
-                                        api=rec.api, at=0), args.get("rid"))
-    events.emit("member.removed", node=node.node_id, member=node_id, raft=rec.raft)
-    return {"node": node_id, "raft": rec.raft, "status": core_members.REMOVED,
-            "members": member_count(node.raft, node.cfg)}
+    async def remove_node(self, args: dict[str, Any]) -> dict[str, Any]:
+        node_id = args.get("node")
+        if not isinstance(node_id, str) or not _NODE_ID_RE.fullmatch(node_id):
+            raise InvalidArgument("node", "must be 1-64 of [A-Za-z0-9_.-]")
+        wait_s = args.get("wait", DRAIN_WAIT_S)
+        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or \
+                not 0 <= wait_s <= 3600:
+            raise InvalidArgument("wait", "must be 0..3600 seconds")
+        if node_id == self.node_id:
+            raise Conflict(node_id, "a node cannot remove itself (once removed it reaches no "
+                                    "quorum): send remove-node to another member (--addr)")
+        await self.reads.wait()
+        raft = self.raft
+
+        def copy(st: ClusterState) -> tuple[MemberRecord | None, int, bool, bool]:
+            m = st.members.get(node_id)
+            nrec = st.nodes.get(node_id)
+            return (None if m is None else MemberRecord.from_row(m.to_row()),
+                    len(core_members.active(st)), nrec is not None and nrec.alive,
+                    nrec is not None and nrec.draining)
+
+        rec, active, alive, draining = raft.read(copy)
+        if rec is None or (rec.status == core_members.REMOVED and rec.raft not in
+                           raft.raft_members()):
+            what = "was already removed" if rec is not None else "is not a member"
+            raise Conflict(node_id, what)
+        if rec.status == core_members.ACTIVE and active <= 1:
+            raise Conflict(node_id, "is the last member; a cluster keeps at least one")
+        if alive:
+            if not draining:
+                await self.writes.submit(Drain(node=node_id, draining=True, at=0), None)
+            await _runs_ended(self.raft, node_id, float(wait_s))
+        await _leadership_off(self.raft, self.raft_to_id, node_id)
+        await _raft_change(self.raft, "remove", rec.raft)
+        if rec.status == core_members.ACTIVE:
+            await self.writes.submit(Member(action="remove", node=node_id, raft=rec.raft,
+                                            api=rec.api, at=0), args.get("rid"))
+        events.emit("member.removed", node=self.node_id, member=node_id, raft=rec.raft)
+        return {"node": node_id, "raft": rec.raft, "status": core_members.REMOVED,
+                "members": member_count(self.raft, self.cfg)}
 
 
-async def _runs_ended(node: Node, node_id: str, wait_s: float) -> None:
+async def _runs_ended(raft: RaftNode, node_id: str, wait_s: float) -> None:
     """Wait until ``node_id`` (draining) holds no run, or is no longer alive."""
     deadline = time.monotonic() + wait_s
     while True:
-        held, alive = node.raft.read(lambda st: (
+        held, alive = raft.read(lambda st: (
             len(st.by_node.get(node_id, ())),
             node_id in st.nodes and st.nodes[node_id].alive))
         if not held or not alive:
@@ -241,11 +274,11 @@ async def _runs_ended(node: Node, node_id: str, wait_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _leadership_off(node: Node, node_id: str) -> None:
+async def _leadership_off(raft: RaftNode, raft_to_id: Mapping[str, str], node_id: str) -> None:
     """pysyncobj's leader cannot remove itself: wait until another node leads (a
     draining leader hands leadership away by itself)."""
     deadline = time.monotonic() + 20.0
-    while node.raft_to_id.get(node.raft.leader_addr() or "") == node_id:
+    while raft_to_id.get(raft.leader_addr() or "") == node_id:
         if time.monotonic() >= deadline:
             raise NotReady(f"{node_id} still leads; try `raftsched cluster transfer-leader` "
                            f"then remove it")

@@ -209,8 +209,9 @@ class Node:
         self.ops: dict[str, Op] = {
             **self.jobs.ops(), **cluster.ops(),
             "backup": self.backups.handle,
-            "add_node": functools.partial(membership.add_node, self),
-            "remove_node": functools.partial(membership.remove_node, self),
+            **membership.MembershipOps(
+                raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg, node_id=node_id,
+                raft_to_id=self.raft_to_id, secret=lambda: self.secret).ops(),
             **applyops.ApplyOps(
                 raft=self.raft, writes=self.writes, reads=self.reads, limits=cfg.limits,
                 allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes).ops(),
