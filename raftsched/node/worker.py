@@ -18,15 +18,26 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core.commands import Finish, FinishItem, Start, StartItem
-from raftsched.core.errors import NotReady
+from raftsched.core.commands import FinishItem, Start, StartItem
 from raftsched.core.trigger import jitter_ms
 from raftsched.node import events
 from raftsched.node.clock import now_ms
-from raftsched.node.executor import Execution, ExecutionResult, RunContext, calls_waiting
+from raftsched.node.executor import Execution, ExecutionResult, RunContext
+from raftsched.node.workercommits import (
+    COMMIT_TIMEOUT_S,
+    FINISH_PIPELINE,
+    MAX_FINISH_BATCH,
+    MAX_START_BATCH,
+    QUIET_GROUP,
+    QUIET_MAX_MS,
+    QUIET_MS,
+    QUIET_POLL_S,
+    RETRY_MAX_S,
+    WorkerCommits,
+)
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
@@ -35,35 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.worker")
 
-#: How long one start/finish commit may take before it is retried.
-COMMIT_TIMEOUT_S = 5.0
-#: The longest pause between retries: after an election the held-up starts and
-#: finishes should land within a tick of the new leader, not half a second later.
-RETRY_MAX_S = 0.1
-#: After an instant at which at least QUIET_GROUP runs start here, finishes are held
-#: while the node's call pool still has calls waiting for a thread (mostly that
-#: instant's), and at least QUIET_MS after the instant, but never past QUIET_MAX_MS:
-#: committing (and every node applying) the first finishes while the cluster is still
-#: handing the instant's runs to threads is what made the slow tail of the scheduling
-#: lag. The costs, which is why only big instants get it: a run's ``finished_ms``
-#: (stamped when the finish is submitted) is up to the hold later than its real end,
-#: and a node that crashes during the hold leaves runs that did execute unfinished, so
-#: ``on_node_lost = retry`` runs them again (W2 with 17 runs per node per instant and
-#: a threshold of 16: 6 such re-runs in 10 leader kills).
-QUIET_GROUP = 100
-QUIET_MS = 30
-QUIET_MAX_MS = 250
-QUIET_POLL_S = 0.005
 #: How often a run held for want of a fresh lease looks again.
 LEASE_RECHECK_S = 0.02
-#: Items per start / finish command, each applied under the Raft lock on every node
-#: (issue 13: no hold over 20 ms). A start costs ~4 us to apply, a finish ~10-25 us (its
-#: history, notifications and queued run); 1,600 finishes of W5's minute in one command
-#: held the lock up to 134 ms on a loaded host.
-MAX_START_BATCH = 128
-MAX_FINISH_BATCH = 64
-#: Finish commands of one flush in flight at once.
-FINISH_PIPELINE = 4
 
 
 @dataclass(slots=True, kw_only=True)
@@ -112,7 +96,7 @@ class _Counters:
     self_fenced: int = 0
 
 
-class WorkerPool:
+class WorkerPool(WorkerCommits):
     """See the module docstring. All methods run on the node's event loop."""
 
     def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
@@ -359,25 +343,7 @@ class WorkerPool:
                 self._spawn(self._start_batch(ready[k:k + MAX_START_BATCH]))
         return max(next_at, 0.0)
 
-    # ------------------------------------------------------------ start / finish
-
-    async def _commit(self, cmd: Start | Finish, at_floor: int = 0) -> dict[str, Any]:
-        """Submit until committed; retries keep the same items (start/finish are
-        idempotent through fences). ``at`` is stamped at least ``at_floor``."""
-        delay = 0.02
-        while True:
-            cmd = replace(cmd, at=max(now_ms(), at_floor))
-            try:
-                fut = self.raft.submit(cmd)
-                return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
-            except (NotReady, TimeoutError) as exc:
-                if self._stopping:
-                    raise
-                log.debug("%s not committed (%s); retrying", cmd.OP, exc)
-            except Exception as exc:  # noqa: BLE001 - e.g. Overloaded: back off and retry
-                log.debug("%s failed (%s); retrying", cmd.OP, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
+    # ------------------------------------------------------------ start
 
     async def _start_batch(self, batch: list[_Local]) -> None:
         items = tuple(StartItem(loc.run_id, loc.fence) for loc in batch)
@@ -515,53 +481,15 @@ class WorkerPool:
         loc.phase = "finishing"
         self._finish(loc, result)
 
-    def _finish(self, loc: _Local, result: ExecutionResult) -> None:
-        self.finish_q.append(FinishItem(loc.run_id, loc.fence, result.outcome,
-                                        result.exit_code, result.tail, result.reason))
-        events.emit("run.finished", node=self.node_id, run_id=loc.run_id,
-                    outcome=result.outcome, fence=loc.fence, attempt=loc.attempt,
-                    exit_code=result.exit_code, reason=result.reason)
-        self._finish_wake.set()
-
-    async def _quiet(self) -> None:
-        """Hold finishes in the quiet after a big instant (see QUIET_MS). Bounded by
-        QUIET_MAX_MS from the instant, whichever way the wall clock steps meanwhile."""
-        since = now_ms() - self._quiet_at
-        if not 0 <= since < QUIET_MAX_MS:
-            return
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        give_up = t0 + (QUIET_MAX_MS - since) / 1000
-        while calls_waiting() and loop.time() < give_up:
-            await asyncio.sleep(QUIET_POLL_S)
-        hold = min(QUIET_MS - since - (loop.time() - t0) * 1000,
-                   (give_up - loop.time()) * 1000)
-        if hold > 0:
-            await asyncio.sleep(hold / 1000)
-
-    async def _flush_finishes(self) -> None:
-        while True:
-            await self._finish_wake.wait()
-            self._finish_wake.clear()
-            if not self.finish_q:
-                continue
-            await self._quiet()
-            batch, self.finish_q = self.finish_q, []
-            chunks = [tuple(batch[k:k + MAX_FINISH_BATCH])
-                      for k in range(0, len(batch), MAX_FINISH_BATCH)]
-            # Refused items (stale fence) are logged by the node from the effect.
-            for w in range(0, len(chunks), FINISH_PIPELINE):
-                done = await asyncio.gather(
-                    *(self._commit(Finish(node=self.node_id, items=c, at=0))
-                      for c in chunks[w:w + FINISH_PIPELINE]), return_exceptions=True)
-                if any(isinstance(d, BaseException) for d in done):
-                    return  # stopping
-            for item in batch:
-                self.local.pop(item.run_id, None)
-            self._wake.set()
 
 def _holds_started(loc: _Local, node_id: str, st: ClusterState) -> bool:
     """Is ``loc``'s run started on ``node_id`` under its fence (the claim still ours)?"""
     run = st.runs.get(loc.run_id)
     return (run is not None and run.state == "started" and run.node == node_id
             and run.fence == loc.fence)
+
+
+#: Kept importable from here (they moved to workercommits with the commits they bound).
+__all__ = ["COMMIT_TIMEOUT_S", "FINISH_PIPELINE", "LEASE_RECHECK_S", "MAX_FINISH_BATCH",
+           "MAX_START_BATCH", "QUIET_GROUP", "QUIET_MAX_MS", "QUIET_MS", "QUIET_POLL_S",
+           "RETRY_MAX_S", "WorkerPool", "WorkerStatistics"]

@@ -1,4 +1,4 @@
-"""The finish hold after a big instant (worker.QUIET_*) is bounded whatever happens:
+"""The finish hold after a big instant (workercommits.QUIET_*) is bounded whatever happens:
 calls that never get a thread, or a wall clock stepped back or forward."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raftsched.node import worker
+from raftsched.node import worker, workercommits
 from raftsched.node.clock import now_ms
 from tests.integration.harness import await_until
 
@@ -33,20 +33,20 @@ def _held(pool: worker.WorkerPool, instant_ago_ms: int | None = 0) -> float:
 
 
 def test_finishes_are_held_while_calls_queue_but_never_past_the_cap(monkeypatch):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 7)  # a thread never comes
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 7)  # a thread never comes
     held = _held(_pool())
     assert worker.QUIET_MAX_MS / 1000 - 0.01 <= held <= worker.QUIET_MAX_MS / 1000 + 0.2, held
 
 
 def test_finishes_are_held_quiet_ms_after_the_instant_when_nothing_queues(monkeypatch):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 0)
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 0)
     held = _held(_pool())
     assert worker.QUIET_MS / 1000 - 0.01 <= held <= worker.QUIET_MAX_MS / 1000 - 0.01, held
 
 
 @pytest.mark.parametrize("step_ms", [-3_600_000, 3_600_000])
 def test_a_stepped_wall_clock_does_not_hold_finishes(monkeypatch, step_ms):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 7)
     # The wall clock moved by step_ms since the instant: no hold at all. (With calls
     # always waiting a wrong hold runs to the 250 ms cap; 0.2 s leaves a loaded machine
     # room where 0.05 s did not.)
@@ -54,27 +54,28 @@ def test_a_stepped_wall_clock_does_not_hold_finishes(monkeypatch, step_ms):
 
 
 def test_no_hold_without_a_big_instant(monkeypatch):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 7)
     assert _held(_pool(), instant_ago_ms=None) < 0.2  # a wrong hold: the 250 ms cap
 
 
 def test_the_hold_ends_when_the_queue_empties(monkeypatch):
     t0 = time.monotonic()
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 7 if time.monotonic() - t0 < 0.1 else 0)
+    monkeypatch.setattr(workercommits, "calls_waiting",
+                        lambda: 7 if time.monotonic() - t0 < 0.1 else 0)
     held = _held(_pool())
     assert 0.1 <= held <= worker.QUIET_MAX_MS / 1000 - 0.01, held
 
 
 def test_a_clock_stepped_back_during_the_hold_does_not_extend_it(monkeypatch):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 7)
-    real = worker.now_ms
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 7)
+    real = workercommits.now_ms
     calls = {"n": 0}
 
     def stepping() -> int:
         calls["n"] += 1
         return real() - (3_600_000 if calls["n"] > 1 else 0)  # back one hour after entry
 
-    monkeypatch.setattr(worker, "now_ms", stepping)
+    monkeypatch.setattr(workercommits, "now_ms", stepping)
     t0 = time.monotonic()
     _held(_pool())
     assert time.monotonic() - t0 <= worker.QUIET_MAX_MS / 1000 + 0.2
@@ -100,7 +101,7 @@ def test_a_big_instant_starts_the_quiet_and_a_late_small_or_old_one_does_not(mon
 
 
 def test_finishes_are_submitted_no_sooner_than_quiet_ms_after_a_big_instant(monkeypatch):
-    monkeypatch.setattr(worker, "calls_waiting", lambda: 0)
+    monkeypatch.setattr(workercommits, "calls_waiting", lambda: 0)
     pool = _pool()
     submitted: list[int] = []
 
