@@ -21,6 +21,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,9 @@ from raftsched.node.clock import now_ms
 from raftsched.node.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 
 if TYPE_CHECKING:
-    from raftsched.node.node import Node
+    from raftsched.node.config import ClusterConfig
+    from raftsched.node.metrics import Metrics
+    from raftsched.node.raft import RaftNode
 
 log = logging.getLogger("raftsched.leader")
 
@@ -65,10 +68,30 @@ DONE_BATCH = 50
 
 
 class LeaderLoop:
-    """See the module docstring. Runs on the node's event loop."""
+    """See the module docstring. Runs on the node's event loop.
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    :param raft: the replica: read for plans and liveness, and the leader's commands
+        submitted through it.
+    :param node_id: this node's id (the leader named in its commands).
+    :param cfg: this node's cluster config (timing, retention, the seed membership).
+    :param raft_to_id: Raft address -> node id: the node's one map, which it updates
+        in place as members are added.
+    :param boot_ms: when this node started (plans do not count misses before it).
+    :param metrics: the node's metrics (commit latency, released claims), or None.
+    :param missing_feature: the members whose heartbeats do not announce a feature
+        (``applyops.Features.missing``): a lease release waits until all do.
+    """
+
+    def __init__(self, *, raft: RaftNode, node_id: str, cfg: ClusterConfig,
+                 raft_to_id: Mapping[str, str], boot_ms: int, metrics: Metrics | None,
+                 missing_feature: Callable[[str], list[str]]) -> None:
+        self.raft = raft
+        self.node_id = node_id
+        self.cfg = cfg
+        self.raft_to_id = raft_to_id
+        self.boot_ms = boot_ms
+        self.metrics = metrics
+        self.missing_feature = missing_feature
         self.active = False
         self.term: int | None = None
         self.since_ms = 0
@@ -109,7 +132,7 @@ class LeaderLoop:
         self.skew[node_id] = at_ms - now_ms()
         if not self.active:
             return
-        if self.node.raft.read(lambda st: node_id in st.nodes and not st.nodes[node_id].alive):
+        if self.raft.read(lambda st: node_id in st.nodes and not st.nodes[node_id].alive):
             self._wake.set()
 
     async def _sleep(self, seconds: float) -> None:
@@ -122,13 +145,13 @@ class LeaderLoop:
     async def _commit(self, cmd: Command) -> dict[str, Any] | None:
         t0 = time.perf_counter()
         try:
-            fut = asyncio.wrap_future(self.node.raft.submit(cmd))
+            fut = asyncio.wrap_future(self.raft.submit(cmd))
             reply = await asyncio.wait_for(fut, COMMIT_TIMEOUT_S)
         except (NotReady, TimeoutError, RaftschedError) as exc:
             log.debug("%s not committed: %s", cmd.OP, exc)
             return None
-        if self.node.metrics is not None:
-            self.node.metrics.commit_latency(time.perf_counter() - t0)
+        if self.metrics is not None:
+            self.metrics.commit_latency(time.perf_counter() - t0)
         return reply
 
     async def run(self) -> None:
@@ -140,7 +163,7 @@ class LeaderLoop:
 
     async def _run(self) -> None:
         while not self._stopping:
-            raft = self.node.raft
+            raft = self.raft
             # The term this node became leader in, read as one value (set in the Raft
             # thread at the transition): every leader-only command carries it, and the
             # state machine refuses it unless its log entry is of that term — so a
@@ -148,7 +171,7 @@ class LeaderLoop:
             term = raft.leader_term()
             if term is None or not raft.ready():
                 if self.active:
-                    events.emit("leader.stepped_down", node=self.node.node_id, term=self.term)
+                    events.emit("leader.stepped_down", node=self.node_id, term=self.term)
                 self.active = False
                 self.book.forget()
                 await self._sleep(HOUSEKEEPING_S)
@@ -171,13 +194,13 @@ class LeaderLoop:
         """``[limits] done_retention``: remove one-shot jobs whose run ended that long
         ago (a few per scan, a scan every few seconds; each delete names the version
         seen done, so a job put again meanwhile stays)."""
-        keep = self.node.cfg.limits.done_retention_ms
+        keep = self.cfg.limits.done_retention_ms
         mono = time.monotonic()
         if not keep or mono < self._next_done_scan:
             return
         self._next_done_scan = mono + DONE_SCAN_S
         cutoff = now_ms() - keep
-        old = self.node.raft.read(lambda st: [
+        old = self.raft.read(lambda st: [
             (rec.spec.id, rec.version) for rec in st.jobs.values()
             if rec.next_ms is None and not rec.active
             and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff])
@@ -185,24 +208,24 @@ class LeaderLoop:
             reply = await self._commit(DeleteJob(job=job, if_done=version, at=now_ms(),
                                                  v=PAST_AT_VERSION))
             if reply is not None and reply.get("ok"):
-                events.emit("job.expired", node=self.node.node_id, job_id=job, version=version,
+                events.emit("job.expired", node=self.node_id, job_id=job, version=version,
                             retention_ms=keep)
 
     async def _establish(self, term: int) -> bool:
         """Commit our leadership record; plans of older terms are refused from then on."""
         since = now_ms()
-        reply = await self._commit(LeaderRecord(node=self.node.node_id, term=term, at=since,
+        reply = await self._commit(LeaderRecord(node=self.node_id, term=term, at=since,
                                                 skew={}))
         if not reply or not reply.get("ok"):
             return False
         self.active, self.term = True, term
         # Our record committed after whatever an earlier term of ours left in the log.
         self.book.forget()
-        seeded = self.node.raft.read(lambda st: bool(st.members))
+        seeded = self.raft.read(lambda st: bool(st.members))
         if not seeded:
             # A new cluster (or one upgraded from a release without it): its membership
             # starts as the config file's (members compare their files at boot).
-            await self._commit(membership.seed_command(self.node.cfg, now_ms()))
+            await self._commit(membership.seed_command(self.cfg, now_ms()))
         self.since_ms, self.since_mono = since, time.monotonic()
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
@@ -210,15 +233,15 @@ class LeaderLoop:
         # Every heartbeat committed before our record was applied before this read,
         # so it was sent before since_mono: the lease counts from since_mono at worst.
         self.last_seen = {}
-        self.last_hb = self.node.raft.read(
+        self.last_hb = self.raft.read(
             lambda st: {n: rec.last_hb_ms for n, rec in st.nodes.items()})
         self.disc_since.clear()
         self.released_assigned.clear()
         # Peers already disconnected (typically the old leader, killed) lose their
         # not-yet-started claims before our first plan, not one grace period after it:
         # otherwise their jobs' next fires would see them active and be skipped.
-        for addr, up in self.node.raft.connected_peers().items():
-            node_id = self.node.raft_to_id.get(addr)
+        for addr, up in self.raft.connected_peers().items():
+            node_id = self.raft_to_id.get(addr)
             if not up and node_id is not None:
                 self.disc_since[node_id] = self.since_mono - DISCONNECT_GRACE_S
         log.info("leading in term %d", term)
@@ -228,10 +251,10 @@ class LeaderLoop:
         """After a plan that made no progress: until the next job falls due, but at
         least STALL_S when one is due already and could not be planned (no room, or an
         overlap decided at its fire time): an applied command wakes us sooner."""
-        nxt = self.node.raft.read(ClusterState.next_due_ms)
+        nxt = self.raft.read(ClusterState.next_due_ms)
         delay = HOUSEKEEPING_S
         if nxt is not None:
-            lead = nxt - self.node.cfg.timing.lookahead_ms - now_ms()
+            lead = nxt - self.cfg.timing.lookahead_ms - now_ms()
             delay = min(delay, max(lead / 1000, STALL_S))
         return delay
 
@@ -248,10 +271,10 @@ class LeaderLoop:
         pysyncobj's TimeoutNow is refused while the target lags, and the target's
         election fails when a newer entry reached us meanwhile (we may then win again):
         both are retried until the deadline."""
-        raft = self.node.raft
-        if not any(n != self.node.node_id for n in self.node.raft_to_id.values()):
+        raft = self.raft
+        if not any(n != self.node_id for n in self.raft_to_id.values()):
             return False  # alone: no one to hand over to (and no hold on our commands)
-        target = next((a for a, n in self.node.raft_to_id.items() if n == to), None) \
+        target = next((a for a, n in self.raft_to_id.items() if n == to), None) \
             if to is not None else None
         t0 = time.monotonic()
         deadline = t0 + wait_s
@@ -273,7 +296,7 @@ class LeaderLoop:
                 break
             await asyncio.sleep(0.005)
         events.emit("leader.transferred" if moved else "leader.transfer_failed",
-                    node=self.node.node_id, to=self.node.raft_to_id.get(raft.leader_addr() or ""),
+                    node=self.node_id, to=self.raft_to_id.get(raft.leader_addr() or ""),
                     term=self.term, seconds=round(time.monotonic() - t0, 3),
                     level=logging.INFO if moved else logging.WARNING)
         return moved
@@ -282,8 +305,8 @@ class LeaderLoop:
         """A draining leader, or one asked to, hands leadership away (once a second at
         most when it does not move)."""
         asked, self._transfer_to = self._transfer_to, None
-        me = self.node.node_id
-        draining = self.node.raft.read(lambda st: me in st.nodes and st.nodes[me].draining)
+        me = self.node_id
+        draining = self.raft.read(lambda st: me in st.nodes and st.nodes[me].draining)
         if asked is None and not draining:
             return
         if asked is None and time.monotonic() - self._last_transfer < 1.0:
@@ -314,20 +337,19 @@ class LeaderLoop:
             self.disc_since[node_id] = mono
 
     async def _liveness(self) -> None:
-        node = self.node
         mono = time.monotonic()
         self._paused(mono)
-        connected = node.raft.connected_peers()
-        timeout_ms = node.cfg.timing.node_timeout_ms
+        connected = self.raft.connected_peers()
+        timeout_ms = self.cfg.timing.node_timeout_ms
         timeout = timeout_ms / 1000
         lease_wait = lease.release_after_ms(timeout_ms) / 1000
         releases: list[Release] = []
-        alive = node.raft.read(lambda st: [n for n, rec in st.nodes.items() if rec.alive])
+        alive = self.raft.read(lambda st: [n for n, rec in st.nodes.items() if rec.alive])
         # (Each release is checked again when it applies: the view may be stale.)
         for node_id in alive:
-            if node_id == node.node_id:
+            if node_id == self.node_id:
                 continue
-            addr = next((a for a, n in node.raft_to_id.items() if n == node_id), None)
+            addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
             conn = connected.get(addr, True) if addr is not None else True
             if conn:
                 self.disc_since.pop(node_id, None)
@@ -341,36 +363,36 @@ class LeaderLoop:
                 disconnect_grace_s=DISCONNECT_GRACE_S,
                 timeout_s=timeout, lease_wait_s=lease_wait, lost=node_id in self.lost,
                 assigned_released=node_id in self.released_assigned,
-                holds_assigned=functools.partial(node.raft.read,
+                holds_assigned=functools.partial(self.raft.read,
                                                  functools.partial(_holds_assigned, node_id)),
                 lease_known=functools.partial(self._lease_known, node_id))
             if verdict == "silent":
                 self.lost.add(node_id)
                 releases.append(Release(node=node_id, scope="all",
                                         reason=f"silent for {mono - last:.1f}s",
-                                        term=self.term, leader=node.node_id, at=0))
+                                        term=self.term, leader=self.node_id, at=0))
             elif verdict == "lease":
                 self.lost.add(node_id)
                 releases.append(Release(node=node_id, scope="all",
                                         reason=f"disconnected, lease over ({mono - last:.1f}s)",
-                                        term=self.term, leader=node.node_id, at=0,
+                                        term=self.term, leader=self.node_id, at=0,
                                         hb=self.last_hb[node_id]))
             elif verdict == "assigned":
                 self.released_assigned.add(node_id)
                 releases.append(Release(node=node_id, scope="assigned",
                                         reason="disconnected", term=self.term,
-                                        leader=node.node_id, at=0))
+                                        leader=self.node_id, at=0))
         for cmd in releases:
             reply = await self._commit(replace(cmd, at=now_ms()))
             if reply is None or not reply.get("ok"):
                 # Not committed, or refused (a newer heartbeat, another term): look again.
                 self.lost.discard(cmd.node)
                 self.released_assigned.discard(cmd.node)
-            elif node.metrics is not None and reply.get("ok"):
-                node.metrics.claims_released(len(reply.get("released", [])))
+            elif self.metrics is not None and reply.get("ok"):
+                self.metrics.claims_released(len(reply.get("released", [])))
         if mono - self.last_record > LEADER_RECORD_S:
             self.last_record = mono
-            await self._commit(LeaderRecord(node=node.node_id, term=self.term or 0,
+            await self._commit(LeaderRecord(node=self.node_id, term=self.term or 0,
                                             at=now_ms(), skew=dict(self.skew)))
 
     def _lease_known(self, node_id: str) -> bool:
@@ -378,7 +400,7 @@ class LeaderLoop:
         lease counts from, and every member applies a lease release's condition (an
         older one would apply it unconditionally and its state could part)."""
         return (node_id in self.last_hb
-                and not self.node.features.missing(applyops.LEASE_FEATURE))
+                and not self.missing_feature(applyops.LEASE_FEATURE))
 
     def _capacities(self, st: ClusterState, connected: dict[str, bool]) -> tuple[Capacity, ...]:
         """The nodes that may take work (call under the state lock: via read())."""
@@ -386,8 +408,8 @@ class LeaderLoop:
         for node_id, rec in sorted(st.nodes.items()):
             if not rec.alive or rec.draining or node_id in self.lost:
                 continue
-            addr = next((a for a, n in self.node.raft_to_id.items() if n == node_id), None)
-            if node_id != self.node.node_id and addr is not None and not connected.get(addr,
+            addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
+            if node_id != self.node_id and addr is not None and not connected.get(addr,
                                                                                       True):
                 continue
             out.append(Capacity(node_id=node_id, tags=frozenset(rec.tags), slots=rec.slots,
@@ -399,12 +421,12 @@ class LeaderLoop:
         """Submit one bounded plan without waiting for it (up to MAX_PLANS_IN_FLIGHT);
         when none can be made or enough are in flight, wait for the oldest. True when
         the caller should plan again at once (progress, or more may be due)."""
-        node, book = self.node, self.book
+        book = self.book
         book.reap()
         if len(book.inflight) >= MAX_PLANS_IN_FLIGHT:
             return await self._await_oldest()
         t0 = time.perf_counter()
-        connected = node.raft.connected_peers()
+        connected = self.raft.connected_peers()
         skip_jobs, skip_runs, extra = book.held()
 
         def copy(st: ClusterState) -> tuple[LeaderContext, PlanInput]:
@@ -412,13 +434,13 @@ class LeaderLoop:
             live = self._capacities(st, connected)
             for cap in live:
                 cap.load += extra.get(cap.node_id, 0)
-            ctx = LeaderContext(node_id=node.node_id, term=self.term or 0, now_ms=now_ms(),
-                                lookahead_ms=node.cfg.timing.lookahead_ms,
-                                since_ms=self.since_ms, boot_ms=node.boot_ms, live=live)
+            ctx = LeaderContext(node_id=self.node_id, term=self.term or 0, now_ms=now_ms(),
+                                lookahead_ms=self.cfg.timing.lookahead_ms,
+                                since_ms=self.since_ms, boot_ms=self.boot_ms, live=live)
             return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,
                                    skip_runs=skip_runs)
 
-        ctx, inp = node.raft.read(copy)
+        ctx, inp = self.raft.read(copy)
         cmd = plan_from(inp, ctx)
         self.plan_seconds += time.perf_counter() - t0
         if cmd is None:
@@ -454,7 +476,7 @@ class LeaderLoop:
         """Nothing follows a failed plan: commit a read barrier, after which it has
         applied or never will, and its jobs may be planned again. True if it did."""
         seq = self.book.next_seq()
-        reply = await self._commit(Read(at=now_ms(), node=self.node.node_id))
+        reply = await self._commit(Read(at=now_ms(), node=self.node_id))
         if reply is None:
             return False
         self.book.committed(seq)

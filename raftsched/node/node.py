@@ -184,7 +184,9 @@ class Node:
         #: Which members announce this release's commands (a rolling upgrade).
         self.features = applyops.Features(raft=self.raft,
                                           config_ids=tuple(p.id for p in cfg.nodes))
-        self.leader = LeaderLoop(self)
+        self.leader = LeaderLoop(raft=self.raft, node_id=node_id, cfg=cfg,
+                                 raft_to_id=self.raft_to_id, boot_ms=self.boot_ms,
+                                 metrics=metrics, missing_feature=self.features.missing)
         # The signing key is derived from the secret in use at start (as before).
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,

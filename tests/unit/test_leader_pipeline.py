@@ -110,10 +110,10 @@ class Harness:
         monkeypatch.setattr(leaderloop, "now_ms", lambda: self.clock[0])
         self.st = st
         self.raft = FakeRaft(st)
-        node = SimpleNamespace(
-            node_id="n1", raft=self.raft, raft_to_id={}, metrics=None, boot_ms=T0 - 60 * S,
-            cfg=SimpleNamespace(timing=SimpleNamespace(lookahead_ms=LOOKAHEAD)))
-        self.loop = LeaderLoop(node)  # type: ignore[arg-type]
+        cfg: Any = SimpleNamespace(timing=SimpleNamespace(lookahead_ms=LOOKAHEAD))
+        self.loop = LeaderLoop(
+            node_id="n1", raft=self.raft, raft_to_id={}, metrics=None,  # type: ignore[arg-type]
+            boot_ms=T0 - 60 * S, missing_feature=lambda _feature: [], cfg=cfg)
         self.loop.active, self.loop.term = True, 1
         self.loop.since_ms = T0 - 60 * S
 
