@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gc
 import logging
 import os
 import threading
@@ -25,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 from pysyncobj import (
     FAIL_REASON,
@@ -35,26 +34,18 @@ from pysyncobj import (
     replicated,
 )
 
-from raftsched.core.codec import (
-    COMMAND_VERSIONS,
-    decode_command,
-    decode_state,
-    encode_command,
-    encode_state,
-    format_problem,
-    unknown_command_version,
-)
-from raftsched.core.commands import Command, from_wire
-from raftsched.core.effects import Effect, Restored
-from raftsched.core.errors import LimitExceeded, NotReady, Overloaded, RaftschedError
+from raftsched.core.codec import encode_command, encode_state
+from raftsched.core.commands import Command
+from raftsched.core.effects import Effect
+from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.state import ClusterState
 from raftsched.node.compat import RaftSyncObj, derive_fernet, install
 from raftsched.node.procs import die_with_parent
 from raftsched.node.raftkeys import RaftKeyring
+from raftsched.node.replica import Replica
 from raftsched.node.timedlock import TimedLock
 
 log = logging.getLogger("raftsched.raft")
-T = TypeVar("T")
 
 #: Failures after which the command may still commit (pysyncobj notes §1.5).
 _MAYBE_COMMITTED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
@@ -97,14 +88,6 @@ def _in_forked_child() -> None:
 os.register_at_fork(after_in_child=_in_forked_child)
 
 
-def _describe(cmd: Any) -> str:
-    """A command's op and the sizes of its list fields, for the slow-hold log line."""
-    if not isinstance(cmd, dict):
-        return f"apply {type(cmd).__name__}"
-    sizes = " ".join(f"{k}={len(v)}" for k, v in cmd.items() if isinstance(v, list | dict))
-    return f"apply {cmd.get('op')}" + (f" {sizes}" if sizes else "")
-
-
 class _Snapshot:
     """Pickled by pysyncobj in its dump child; reduces to plain msgpack bytes."""
 
@@ -135,7 +118,7 @@ def _op_of(cmd: Command | dict[str, Any]) -> Any:
     return cmd.OP if isinstance(cmd, Command) else cmd.get("op")
 
 
-class RaftNode:
+class RaftNode(Replica):
     """A node's replica of the cluster state and its door to the log.
 
     :param self_addr: this node's Raft ``host:port`` (also the bind address).
@@ -252,101 +235,6 @@ class RaftNode:
                 self._on_state_changed(old, new)
             except Exception:  # noqa: BLE001 - a listener bug must not stop the Raft thread
                 log.exception("state change listener failed")
-
-    def _refuse(self, problem: str) -> None:
-        """Stop applying: a replica that skipped an entry it cannot read would go on
-        from a state the others do not have. Every later entry is refused too (the
-        state stays as it was before the unknown one) and the node is told to stop."""
-        if self.fatal is not None:
-            return
-        self.fatal = problem
-        log.error("%s", problem)
-        if self._on_fatal is not None:
-            try:
-                self._on_fatal(problem)
-            except Exception:  # noqa: BLE001 - the Raft thread must go on
-                log.exception("fatal listener failed")
-
-    def _apply(self, blob: bytes) -> Any:
-        if self.fatal is not None:
-            return {"ok": False, "error": {"code": "not_ready", "message": self.fatal}}
-        t0 = time.perf_counter()
-        cmd = decode_command(blob)
-        if cmd is None and (version := unknown_command_version(blob)) is not None:
-            self._refuse(f"log entry {self.sync.raftLastApplied + 1}: "
-                         f"{format_problem('command', version, COMMAND_VERSIONS)}; "
-                         f"the node stops instead of skipping it")
-            return {"ok": False, "error": {"code": "not_ready", "message": self.fatal}}
-        parsed: Command | RaftschedError | None = None
-        if cmd is not None:
-            try:  # outside the lock: reading a big plan's items takes milliseconds
-                parsed = from_wire(cmd)
-            except RaftschedError as exc:
-                parsed = exc
-            except Exception:  # noqa: BLE001 - apply reads it again and answers for it
-                parsed = None
-        entry_term = self.sync.applying_term()
-        with self._lock:
-            if cmd is None:
-                self._state.applied += 1
-                reply: Any = {"ok": False, "error": {"code": "protocol_error",
-                                                     "message": "undecodable command"}}
-            else:
-                self._lock.what = _describe(cmd)
-                reply = self._state.apply(cmd, entry_term, parsed=parsed)
-            #: The log position (index, term) the state is at (read under the lock).
-            self.applied_pos = (int(self.sync.raftLastApplied) + 1, int(entry_term or 0))
-            effects = self._state.take_effects()
-        self.apply_seconds += time.perf_counter() - t0
-        self.apply_count += 1
-        if effects:
-            try:
-                self.on_effects(effects)
-            except Exception:  # noqa: BLE001 - a listener bug must not wedge the Raft thread
-                log.exception("effect listener failed")
-        return reply
-
-    def _restore(self, data: Any) -> None:
-        try:
-            state = decode_state(bytes(data))
-        except Exception as exc:  # noqa: BLE001 - refuse to go on from a partial state
-            # pysyncobj counts the snapshot's entries applied whatever happens here: a
-            # node that went on would serve (and snapshot) an empty state.
-            self._refuse(f"cannot load the state snapshot: {exc}")
-            return
-        with self._lock:
-            self._state = state
-            self.applied_pos = None  # pysyncobj sets its own once the snapshot is in
-        # The restored state lives as long as the process: keep the collector off it.
-        gc.freeze()
-        try:
-            self.on_effects([Restored()])
-        except Exception:  # noqa: BLE001
-            log.exception("effect listener failed")
-
-    # ---------------------------------------------------------------- the replica port
-
-    def read(self, fn: Callable[[ClusterState], T]) -> T:
-        """``fn(state)`` run under the state lock, which pysyncobj's thread needs to apply
-        commands and send heartbeats: the one way the edges read the replicated state.
-
-        ``fn`` must be short (microseconds; bounded by what it reads, never by the whole
-        table unless that is its job, and then in chunks), must not block, and must
-        return copies or immutable values (the state changes the moment the lock is
-        released). Changes go through :meth:`submit`, never through ``fn``."""
-        with self._lock:
-            # A slow hold is logged at this site: name the reader (its qualified name).
-            self._lock.what = f"read {getattr(fn, '__qualname__', fn)}"
-            return fn(self._state)
-
-    @property
-    def lock_max_hold_s(self) -> float:
-        """The longest hold of the state lock since start (seconds)."""
-        return float(self._lock.max_hold_s)
-
-    def observe_lock_holds(self, observer: Callable[[float], None]) -> None:
-        """Call ``observer(seconds)`` after every hold of the state lock."""
-        self._lock.observer = observer
 
     # ---------------------------------------------------------------- submit side
 
@@ -489,10 +377,6 @@ class RaftNode:
 
     def tick_alive(self) -> bool:
         return bool(self.sync.tick_thread_alive())
-
-    def position(self) -> tuple[int, int]:
-        """(index, term) of the log entry the state is at; call inside :meth:`read`."""
-        return self.applied_pos or (int(self.sync.raftLastApplied), 0)
 
     def destroy(self, wait_s: float = 0.0) -> None:
         """Stop the Raft thread; wait up to ``wait_s`` for it to end (the journal is

@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parents[2] / "raftsched"
 CONSUMERS = ("node/node.py", "node/eventpolicy.py", "node/metrics.py", "node/events.py")
 #: The modules that emit them.
 EMITTERS = ("core/state.py", "core/jobs.py", "core/nodes.py", "core/claims.py",
-            "core/notify.py", "core/members.py", "node/raft.py")
+            "core/notify.py", "core/members.py", "node/raft.py", "node/replica.py")
 
 
 def _names(paths: tuple[str, ...], *, consumed: bool) -> set[str]:
