@@ -187,7 +187,8 @@ class Node:
         self.leader = LeaderLoop(raft=self.raft, node_id=node_id, cfg=cfg,
                                  raft_to_id=self.raft_to_id, boot_ms=self.boot_ms,
                                  metrics=metrics, missing_feature=self.features.missing)
-        # The signing key is derived from the secret in use at start (as before).
+        # The webhook signing key is derived once, from the secret in use at start: a
+        # secret rotation does not re-key it.
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
             node_id=node_id, missing_feature=self.features.missing)
