@@ -3,8 +3,9 @@
 Pure. :func:`plan_apply` compares the desired specs with the current jobs and says, per
 job, what one ``apply`` command would do: ``create``, ``update`` (naming the changed
 fields), leave it ``unchanged`` (no new version), or ``remove`` it (``prune``). The state
-machine (``ClusterState._apply``) and the node's dry run (``diff_apply``) call the same
-function, so the diff an operator reviews is the change that commits.
+machine (:func:`apply_apply`, which ``ClusterState.apply`` dispatches to) and the node's
+dry run (``diff_apply``) call the same function, so the diff an operator reviews is the
+change that commits.
 
 ``env`` values the cluster already holds need not be written down: an env value
 ``{keep = true}`` (what ``raftsched job export`` writes instead of the masked value)

@@ -213,7 +213,7 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 
 __all__ = [
     "COMMAND_VERSION", "COMMAND_VERSIONS", "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH",
-    "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand", "Command", "any_past_at", "base_fields",
-    "bool_field", "client_fields", "int_field", "is_int", "items_field", "job_field",
-    "node_field", "opt_limit", "str_field", "term_field",
+    "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand", "Command",
+    "any_past_at", "base_fields", "bool_field", "client_fields", "int_field", "is_int",
+    "items_field", "job_field", "node_field", "opt_limit", "str_field", "term_field",
 ]
