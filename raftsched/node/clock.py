@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 #: The clock file is read again at most this often (seconds, monotonic): ``now_ms`` is
 #: on every hot path and must not stat a file each call.
@@ -62,3 +63,59 @@ def _file_offset() -> int:
 def now_ms() -> int:
     """Epoch milliseconds, as this node sees them."""
     return time.time_ns() // 1_000_000 + _offset_ms + _file_offset()
+
+
+class Clock(Protocol):
+    """Where a clocked shell (the leader loop) reads time: the wall clock for what it
+    stamps into commands and compares with fire times, the monotonic one for its own
+    deadlines and silences. Passed in, so its timing can be stepped by a test."""
+
+    def now_ms(self) -> int:
+        """Epoch milliseconds, as this node sees them."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never steps (only differences mean anything)."""
+        ...
+
+
+class SystemClock:
+    """This process's clocks: :func:`now_ms` (with the test-only offsets above) and
+    :func:`time.monotonic`."""
+
+    def now_ms(self) -> int:
+        return now_ms()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+#: The clock every node runs on.
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class FakeClock:
+    """A clock that moves only when told: :meth:`advance` moves both readings, as time
+    passing does; :meth:`step_wall` moves only the wall clock, as an operator (or NTP)
+    stepping the host's time does. Not thread-safe: one test drives it."""
+
+    def __init__(self, wall_ms: int, mono: float = 1000.0) -> None:
+        self._wall_ms = int(wall_ms)
+        self._mono = float(mono)
+
+    def now_ms(self) -> int:
+        return self._wall_ms
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass (>= 0: monotonic time never goes back)."""
+        if seconds < 0:
+            raise ValueError(f"seconds: a clock cannot go back ({seconds})")
+        self._mono += seconds
+        self._wall_ms += round(seconds * 1000)
+
+    def step_wall(self, ms: int) -> None:
+        """Step the wall clock by ``ms`` (either way); monotonic time does not move."""
+        self._wall_ms += int(ms)

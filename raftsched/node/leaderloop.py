@@ -39,7 +39,7 @@ from raftsched.core.errors import NotReady, RaftschedError
 from raftsched.core.leader import Capacity, LeaderContext, PlanInput, plan_from, plan_input
 from raftsched.core.state import ClusterState
 from raftsched.node import applyops, events, membership
-from raftsched.node.clock import now_ms
+from raftsched.node.clock import SYSTEM_CLOCK, Clock
 from raftsched.node.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 
 if TYPE_CHECKING:
@@ -80,11 +80,15 @@ class LeaderLoop:
     :param metrics: the node's metrics (commit latency, released claims), or None.
     :param missing_feature: the members whose heartbeats do not announce a feature
         (``applyops.Features.missing``): a lease release waits until all do.
+    :param clock: where the loop reads the time (a test passes a
+        :class:`~raftsched.node.clock.FakeClock` and steps it).
     """
 
     def __init__(self, *, raft: RaftNode, node_id: str, cfg: ClusterConfig,
                  raft_to_id: Mapping[str, str], boot_ms: int, metrics: Metrics | None,
-                 missing_feature: Callable[[str], list[str]]) -> None:
+                 missing_feature: Callable[[str], list[str]],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.raft = raft
         self.node_id = node_id
         self.cfg = cfg
@@ -105,7 +109,7 @@ class LeaderLoop:
         self.lost: set[str] = set()
         self.skew: dict[str, int] = {}
         self.last_record = 0.0
-        self.last_tick = time.monotonic()
+        self.last_tick = self.clock.monotonic()
         self.paused_until = 0.0
         self._transfer_to: tuple[str | None] | None = None
         self._last_transfer = 0.0
@@ -125,11 +129,11 @@ class LeaderLoop:
         self._wake.set()
 
     def saw_heartbeat(self, node_id: str, at_ms: int) -> None:
-        self.last_seen[node_id] = time.monotonic()
+        self.last_seen[node_id] = self.clock.monotonic()
         self.last_hb[node_id] = at_ms
         self.lost.discard(node_id)
         # The sender's clock minus ours, give or take one commit (~1 ms on loopback).
-        self.skew[node_id] = at_ms - now_ms()
+        self.skew[node_id] = at_ms - self.clock.now_ms()
         if not self.active:
             return
         if self.raft.read(lambda st: node_id in st.nodes and not st.nodes[node_id].alive):
@@ -195,17 +199,17 @@ class LeaderLoop:
         ago (a few per scan, a scan every few seconds; each delete names the version
         seen done, so a job put again meanwhile stays)."""
         keep = self.cfg.limits.done_retention_ms
-        mono = time.monotonic()
+        mono = self.clock.monotonic()
         if not keep or mono < self._next_done_scan:
             return
         self._next_done_scan = mono + DONE_SCAN_S
-        cutoff = now_ms() - keep
+        cutoff = self.clock.now_ms() - keep
         old = self.raft.read(lambda st: [
             (rec.spec.id, rec.version) for rec in st.jobs.values()
             if rec.next_ms is None and not rec.active
             and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff])
         for job, version in old[:DONE_BATCH]:
-            reply = await self._commit(DeleteJob(job=job, if_done=version, at=now_ms(),
+            reply = await self._commit(DeleteJob(job=job, if_done=version, at=self.clock.now_ms(),
                                                  v=PAST_AT_VERSION))
             if reply is not None and reply.get("ok"):
                 events.emit("job.expired", node=self.node_id, job_id=job, version=version,
@@ -213,7 +217,7 @@ class LeaderLoop:
 
     async def _establish(self, term: int) -> bool:
         """Commit our leadership record; plans of older terms are refused from then on."""
-        since = now_ms()
+        since = self.clock.now_ms()
         reply = await self._commit(LeaderRecord(node=self.node_id, term=term, at=since,
                                                 skew={}))
         if not reply or not reply.get("ok"):
@@ -225,8 +229,8 @@ class LeaderLoop:
         if not seeded:
             # A new cluster (or one upgraded from a release without it): its membership
             # starts as the config file's (members compare their files at boot).
-            await self._commit(membership.seed_command(self.cfg, now_ms()))
-        self.since_ms, self.since_mono = since, time.monotonic()
+            await self._commit(membership.seed_command(self.cfg, self.clock.now_ms()))
+        self.since_ms, self.since_mono = since, self.clock.monotonic()
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
         # Every node gets a full node timeout from our start before we call it lost.
@@ -254,7 +258,7 @@ class LeaderLoop:
         nxt = self.raft.read(ClusterState.next_due_ms)
         delay = HOUSEKEEPING_S
         if nxt is not None:
-            lead = nxt - self.cfg.timing.lookahead_ms - now_ms()
+            lead = nxt - self.cfg.timing.lookahead_ms - self.clock.now_ms()
             delay = min(delay, max(lead / 1000, STALL_S))
         return delay
 
@@ -276,18 +280,19 @@ class LeaderLoop:
             return False  # alone: no one to hand over to (and no hold on our commands)
         target = next((a for a, n in self.raft_to_id.items() if n == to), None) \
             if to is not None else None
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         deadline = t0 + wait_s
         moved = False
-        while time.monotonic() < deadline:
+        while self.clock.monotonic() < deadline:
             if raft.leader_term() is not None:
                 try:
                     sent = await asyncio.wait_for(asyncio.wrap_future(
                         raft.transfer_leadership(target)), 1.0)
                 except Exception:  # noqa: BLE001 - a timeout or a bug: retried below
                     sent = False
-                step = time.monotonic() + (0.3 if sent else 0.02)
-                while time.monotonic() < min(step, deadline) and raft.leader_term() is not None:
+                step = self.clock.monotonic() + (0.3 if sent else 0.02)
+                while (self.clock.monotonic() < min(step, deadline)
+                       and raft.leader_term() is not None):
                     await asyncio.sleep(0.005)
                 continue
             leader = raft.leader_addr()
@@ -297,7 +302,7 @@ class LeaderLoop:
             await asyncio.sleep(0.005)
         events.emit("leader.transferred" if moved else "leader.transfer_failed",
                     node=self.node_id, to=self.raft_to_id.get(raft.leader_addr() or ""),
-                    term=self.term, seconds=round(time.monotonic() - t0, 3),
+                    term=self.term, seconds=round(self.clock.monotonic() - t0, 3),
                     level=logging.INFO if moved else logging.WARNING)
         return moved
 
@@ -309,20 +314,25 @@ class LeaderLoop:
         draining = self.raft.read(lambda st: me in st.nodes and st.nodes[me].draining)
         if asked is None and not draining:
             return
-        if asked is None and time.monotonic() - self._last_transfer < 1.0:
+        if asked is None and self.clock.monotonic() - self._last_transfer < 1.0:
             return
-        self._last_transfer = time.monotonic()
+        self._last_transfer = self.clock.monotonic()
         await self.transfer(asked[0] if asked is not None else None)
 
     async def _watch_pauses(self) -> None:
         """Notice when this process did not run (SIGSTOP, a frozen VM, a stalled loop)."""
         while not self._stopping:
-            before = time.monotonic()
+            before = self.clock.monotonic()
             await asyncio.sleep(PAUSE_TICK_S)
-            gap = time.monotonic() - before - PAUSE_TICK_S
+            gap = self.clock.monotonic() - before - PAUSE_TICK_S
             if gap > PAUSE_S:
-                self.paused_until = time.monotonic()
-                log.warning("this node did not run for %.1fs", gap)
+                self.note_pause(gap)
+
+    def note_pause(self, gap_s: float) -> None:
+        """This process did not run for ``gap_s`` seconds, until now (seen by the pause
+        watcher): the next liveness check starts every peer's silence afresh."""
+        self.paused_until = self.clock.monotonic()
+        log.warning("this node did not run for %.1fs", gap_s)
 
     def _paused(self, mono: float) -> None:
         """After a pause of our own the other nodes' silence is our deafness, not
@@ -337,7 +347,7 @@ class LeaderLoop:
             self.disc_since[node_id] = mono
 
     async def _liveness(self) -> None:
-        mono = time.monotonic()
+        mono = self.clock.monotonic()
         self._paused(mono)
         connected = self.raft.connected_peers()
         timeout_ms = self.cfg.timing.node_timeout_ms
@@ -383,7 +393,7 @@ class LeaderLoop:
                                         reason="disconnected", term=self.term,
                                         leader=self.node_id, at=0))
         for cmd in releases:
-            reply = await self._commit(replace(cmd, at=now_ms()))
+            reply = await self._commit(replace(cmd, at=self.clock.now_ms()))
             if reply is None or not reply.get("ok"):
                 # Not committed, or refused (a newer heartbeat, another term): look again.
                 self.lost.discard(cmd.node)
@@ -393,7 +403,7 @@ class LeaderLoop:
         if mono - self.last_record > LEADER_RECORD_S:
             self.last_record = mono
             await self._commit(LeaderRecord(node=self.node_id, term=self.term or 0,
-                                            at=now_ms(), skew=dict(self.skew)))
+                                            at=self.clock.now_ms(), skew=dict(self.skew)))
 
     def _lease_known(self, node_id: str) -> bool:
         """May ``node_id`` be released by its lease? Only when we know the heartbeat its
@@ -434,7 +444,8 @@ class LeaderLoop:
             live = self._capacities(st, connected)
             for cap in live:
                 cap.load += extra.get(cap.node_id, 0)
-            ctx = LeaderContext(node_id=self.node_id, term=self.term or 0, now_ms=now_ms(),
+            ctx = LeaderContext(node_id=self.node_id, term=self.term or 0,
+                                now_ms=self.clock.now_ms(),
                                 lookahead_ms=self.cfg.timing.lookahead_ms,
                                 since_ms=self.since_ms, boot_ms=self.boot_ms, live=live)
             return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,
@@ -476,7 +487,7 @@ class LeaderLoop:
         """Nothing follows a failed plan: commit a read barrier, after which it has
         applied or never will, and its jobs may be planned again. True if it did."""
         seq = self.book.next_seq()
-        reply = await self._commit(Read(at=now_ms(), node=self.node_id))
+        reply = await self._commit(Read(at=self.clock.now_ms(), node=self.node_id))
         if reply is None:
             return False
         self.book.committed(seq)

@@ -26,6 +26,7 @@ from raftsched.core.errors import NotReady
 from raftsched.core.state import ClusterState
 from raftsched.core.trigger import fire_times, next_fire
 from raftsched.node import leaderloop
+from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import LeaderLoop
 from tests.unit.stateutil import ok
 
@@ -105,15 +106,15 @@ def _runs_in(cmd: Plan) -> int:
 
 
 class Harness:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, st: ClusterState) -> None:
-        self.clock = [T0]
-        monkeypatch.setattr(leaderloop, "now_ms", lambda: self.clock[0])
+    def __init__(self, st: ClusterState) -> None:
+        self.clock = FakeClock(wall_ms=T0)
         self.st = st
         self.raft = FakeRaft(st)
         cfg: Any = SimpleNamespace(timing=SimpleNamespace(lookahead_ms=LOOKAHEAD))
         self.loop = LeaderLoop(
             node_id="n1", raft=self.raft, raft_to_id={}, metrics=None,  # type: ignore[arg-type]
-            boot_ms=T0 - 60 * S, missing_feature=lambda _feature: [], cfg=cfg)
+            boot_ms=T0 - 60 * S, missing_feature=lambda _feature: [], cfg=cfg,
+            clock=self.clock)
         self.loop.active, self.loop.term = True, 1
         self.loop.since_ms = T0 - 60 * S
 
@@ -134,7 +135,7 @@ class Harness:
 
     def run_all(self) -> None:
         """Every node starts and finishes the runs assigned to it."""
-        at = self.clock[0]
+        at = self.clock.now_ms()
         for node in sorted(self.st.nodes):
             mine = [r for r in self.st.runs.values() if r.node == node and r.state == "assigned"]
             if not mine:
@@ -204,8 +205,8 @@ def test_a_minute_of_thousands_of_jobs_is_many_bounded_plans_several_in_flight(
     most the bounds, MAX_PLANS_IN_FLIGHT go out at once without sharing a job, none is refused,
     and every job is planned once."""
     jobs = [(f"j{i:04d}", {"cron": "* * * * *", "tz": "UTC"}) for i in range(1500)]
-    h = Harness(monkeypatch, cluster(jobs, slots=1024))
-    h.clock[0] = T0 - LOOKAHEAD  # the first fire is T0
+    h = Harness(cluster(jobs, slots=1024))
+    h.clock.step_wall(T0 - LOOKAHEAD - h.clock.now_ms())  # the first fire is T0
 
     async def main() -> None:
         # Several plans go out before the first is answered.
@@ -224,7 +225,7 @@ def test_a_minute_of_thousands_of_jobs_is_many_bounded_plans_several_in_flight(
     assert [r["rejected"] for r in raft.replies if r["rejected"]] == []
     planned = Counter(f.job for p in raft.plans for f in p.fires if isinstance(f, RunFire))
     assert planned == Counter({j: 1 for j, _ in jobs})
-    check_all_accounted(h.st, h.clock[0])
+    check_all_accounted(h.st, h.clock.now_ms())
 
 
 def test_a_failed_plan_stays_left_out_until_a_later_command_commits(
@@ -236,8 +237,8 @@ def test_a_failed_plan_stays_left_out_until_a_later_command_commits(
     monkeypatch.setattr(core_leader, "MAX_JOBS_PER_PLAN", 10)
     monkeypatch.setattr(core_leader, "MAX_RUNS_PER_PLAN", 10)
     jobs = [(f"j{i:02d}", {"every": "10s"}) for i in range(40)]
-    h = Harness(monkeypatch, cluster(jobs, slots=100))
-    h.clock[0] = T0 + 10 * S - LOOKAHEAD
+    h = Harness(cluster(jobs, slots=100))
+    h.clock.step_wall(T0 + 10 * S - LOOKAHEAD - h.clock.now_ms())
 
     async def main() -> None:
         assert await h.plan() and await h.plan()
@@ -258,14 +259,14 @@ def test_a_failed_plan_stays_left_out_until_a_later_command_commits(
     asyncio.run(main())
     assert h.raft.overlaps == []
     assert [r["rejected"] for r in h.raft.replies if r["rejected"]] == []
-    check_all_accounted(h.st, h.clock[0])
+    check_all_accounted(h.st, h.clock.now_ms())
 
 
 def test_a_failed_plan_with_nothing_after_it_is_settled_by_a_read_barrier(
         monkeypatch: pytest.MonkeyPatch) -> None:
     jobs = [(f"j{i}", {"every": "10s"}) for i in range(5)]
-    h = Harness(monkeypatch, cluster(jobs, slots=100))
-    h.clock[0] = T0 + 10 * S - LOOKAHEAD
+    h = Harness(cluster(jobs, slots=100))
+    h.clock.step_wall(T0 + 10 * S - LOOKAHEAD - h.clock.now_ms())
 
     async def main() -> None:
         assert await h.plan()
@@ -279,7 +280,7 @@ def test_a_failed_plan_with_nothing_after_it_is_settled_by_a_read_barrier(
         assert len(h.raft.plans) == 1
 
     asyncio.run(main())
-    check_all_accounted(h.st, h.clock[0])
+    check_all_accounted(h.st, h.clock.now_ms())
 
 
 ACTIONS = hst.lists(hst.one_of(
@@ -308,14 +309,14 @@ def test_pipelined_bounded_plans_never_plan_a_fire_twice_or_lose_one(
     monkeypatch.setattr(core_leader, "MAX_RUNS_PER_PLAN", cap)
     monkeypatch.setattr(leaderloop, "MAX_PLANS_IN_FLIGHT", flying)
     jobs = [(f"j{i:02d}", {"every": everies[i % len(everies)]}) for i in range(n_jobs)]
-    h = Harness(monkeypatch, cluster(jobs, slots=slots))
+    h = Harness(cluster(jobs, slots=slots))
 
     async def main() -> None:
         for act, arg in actions:
             if act == "plan":
                 await h.plan()
             elif act == "tick":
-                h.clock[0] += arg
+                h.clock.advance(arg / 1000)
             elif act == "run":
                 h.run_all()
             elif h.raft.queue:
@@ -330,4 +331,4 @@ def test_pipelined_bounded_plans_never_plan_a_fire_twice_or_lose_one(
     # A plan the leader gave up on stays left out (and counted) until it is settled.
     assert [r["rejected"] for r in raft.replies if r["rejected"]] == []
     assert raft.over <= 0, "a node got more runs than slots: plans in flight uncounted"
-    check_all_accounted(h.st, h.clock[0])
+    check_all_accounted(h.st, h.clock.now_ms())

@@ -1,0 +1,190 @@
+"""Issue 13 item 5 / issue 14: the leader's liveness timing, step by step on a fake clock.
+
+The real :class:`~raftsched.node.leaderloop.LeaderLoop` runs against an in-process
+replica (one :class:`ClusterState`; a submission applies at once, in the replica's
+current Raft term, the way a committed log entry of that term would) and a
+:class:`~raftsched.node.clock.FakeClock`: no process, no sleep. What it pins: when a
+silent or disconnected peer is declared lost (never a moment early), that a leader's
+own pause is not its peers' silence, and that a deposed leader's verdicts change
+nothing. The real-process versions of the same faults are in
+``tests/integration/test_stale_views.py`` and ``test_failover.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from raftsched.core import lease
+from raftsched.core.commands import LeaderRecord, Release
+from raftsched.core.state import ClusterState
+from raftsched.node.clock import FakeClock
+from raftsched.node.leaderloop import DISCONNECT_GRACE_S, PAUSE_S, LeaderLoop
+from tests.unit.stateutil import ok
+from tests.unit.test_state import T0, S, hb, put, run_fire
+
+pytestmark = pytest.mark.timeout(60)
+
+TIMEOUT_MS = 3000
+TIMEOUT_S = TIMEOUT_MS / 1000
+ADDR = {"n1": "10.0.0.1:7001", "n2": "10.0.0.2:7001", "n3": "10.0.0.3:7001"}
+
+
+class Replica:
+    """The replica port over one in-process state, at Raft term ``term``."""
+
+    def __init__(self, st: ClusterState, term: int) -> None:
+        self.st = st
+        self.term = term
+        self.connected = {ADDR["n2"]: True, ADDR["n3"]: True}
+        self.submitted: list[Any] = []
+
+    def read(self, fn: Any) -> Any:
+        return fn(self.st)
+
+    def connected_peers(self) -> dict[str, bool]:
+        return dict(self.connected)
+
+    def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
+        self.submitted.append(cmd)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut.set_result(self.st.apply(cmd, self.term))
+        self.st.take_effects()
+        return fut
+
+    def releases(self) -> list[Release]:
+        return [c for c in self.submitted if isinstance(c, Release)]
+
+
+class Leader:
+    """n1, leading term 1 of a three-node cluster, on a fake clock."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock(wall_ms=T0)
+        st = ClusterState()
+        for n in ADDR:
+            hb(st, n, at=T0 - 5 * S)
+        self.raft = Replica(st, term=1)
+        nodes = [SimpleNamespace(id=n, raft=a, api=f"{a[:-4]}8001") for n, a in ADDR.items()]
+        cfg: Any = SimpleNamespace(nodes=nodes, timing=SimpleNamespace(
+            node_timeout_ms=TIMEOUT_MS, lookahead_ms=250))
+        raft: Any = self.raft
+        self.loop = LeaderLoop(
+            node_id="n1", raft=raft, raft_to_id={a: n for n, a in ADDR.items()},
+            cfg=cfg, boot_ms=T0 - 60 * S, metrics=None, missing_feature=lambda _f: [],
+            clock=self.clock)
+        assert asyncio.run(self.loop._establish(1))
+
+    def heartbeat(self, node: str) -> None:
+        """``node``'s heartbeat commits and the leader sees it applied."""
+        at = self.clock.now_ms()
+        hb(self.raft.st, node, at=at)
+        self.loop.saw_heartbeat(node, at)
+
+    def look(self) -> list[Release]:
+        """One liveness check; the releases it committed (or tried to)."""
+        before = len(self.raft.releases())
+        asyncio.run(self.loop._liveness())
+        return self.raft.releases()[before:]
+
+    def alive(self, node: str) -> bool:
+        return self.raft.st.nodes[node].alive
+
+    def advance(self, seconds: float, beating: tuple[str, ...] = ()) -> None:
+        """Let ``seconds`` pass in 0.1 s steps, the ``beating`` nodes heartbeating and
+        the leader checking liveness at every step (as it does every 50 ms)."""
+        for _ in range(round(seconds / 0.1)):
+            self.clock.advance(0.1)
+            for node in beating:
+                self.heartbeat(node)
+            assert not self.look(), f"released at +{self.clock.monotonic()}"
+
+
+def test_a_silent_peer_is_lost_one_node_timeout_after_the_leader_started_never_before() -> None:
+    ldr = Leader()
+    # n3's last heartbeat is older than the leader: it still gets a full timeout.
+    ldr.advance(TIMEOUT_S - 0.1, beating=("n2",))
+    ldr.clock.advance(0.05)
+    assert not ldr.look()
+    ldr.clock.advance(0.1)
+    [rel] = ldr.look()
+    assert (rel.node, rel.scope, rel.term, rel.leader) == ("n3", "all", 1, "n1")
+    assert not ldr.alive("n3") and ldr.alive("n2")
+    ldr.clock.advance(1.0)
+    assert not ldr.look(), "released twice"
+
+
+def test_a_heartbeat_restarts_the_silence() -> None:
+    ldr = Leader()
+    ldr.advance(TIMEOUT_S - 0.5, beating=("n2",))
+    ldr.heartbeat("n3")
+    ldr.advance(TIMEOUT_S - 0.1, beating=("n2",))
+    ldr.clock.advance(0.2)
+    assert [r.node for r in ldr.look()] == ["n3"]
+
+
+def test_after_its_own_pause_the_leader_releases_no_one_and_restarts_every_timer() -> None:
+    ldr = Leader()
+    ldr.advance(1.0, beating=("n2", "n3"))
+    # SIGSTOPped for 4.5 s: nobody's heartbeat reached it meanwhile. The pause watcher
+    # notices on waking, before the next liveness check.
+    ldr.clock.advance(4.5)
+    ldr.loop.note_pause(4.5)
+    assert not ldr.look()
+    # From the end of the pause n3 gets a whole node timeout again, n2 keeps beating.
+    ldr.advance(TIMEOUT_S - 0.1, beating=("n2",))
+    ldr.clock.advance(0.2)
+    assert [r.node for r in ldr.look()] == ["n3"]
+    assert ldr.alive("n2")
+
+
+def test_without_the_pause_watcher_the_same_pause_would_release_both_peers() -> None:
+    # The control: what the watcher prevents (a woken leader calling healthy nodes lost).
+    ldr = Leader()
+    ldr.advance(1.0, beating=("n2", "n3"))
+    ldr.clock.advance(4.5)
+    assert sorted(r.node for r in ldr.look()) == ["n2", "n3"]
+    assert PAUSE_S < 4.5
+
+
+def test_a_deposed_leaders_release_is_refused_and_looked_at_again() -> None:
+    ldr = Leader()
+    # n2 was elected in term 2 and committed its record; n1 has not heard yet.
+    ldr.raft.term = 2
+    ok(ldr.raft.st, LeaderRecord(node="n2", term=2, at=ldr.clock.now_ms(), skew={}))
+    ldr.clock.advance(TIMEOUT_S + 0.5)
+    tried = ldr.look()
+    assert sorted(r.node for r in tried) == ["n2", "n3"]
+    assert all(r.term == 1 for r in tried)
+    assert ldr.alive("n2") and ldr.alive("n3"), "a release of an old term took effect"
+    assert not ldr.loop.lost, "a refused release must be looked at again, not assumed"
+
+
+def test_a_disconnected_peer_loses_unstarted_runs_after_the_grace_all_at_its_lease_end() -> None:
+    ldr = Leader()
+    st = ldr.raft.st
+    put(st, "j", at=T0 - 5 * S)
+    run_fire(st, "j", T0, node="n3", at=T0)
+    [run_id] = st.by_node["n3"]
+    ldr.heartbeat("n3")
+    ldr.raft.connected[ADDR["n3"]] = False
+    first = ldr.look()  # the disconnect is noticed now
+    assert not first
+    ldr.clock.advance(DISCONNECT_GRACE_S * 0.8)
+    assert not ldr.look()
+    ldr.clock.advance(DISCONNECT_GRACE_S * 0.4)
+    [rel] = ldr.look()
+    assert (rel.node, rel.scope) == ("n3", "assigned")
+    assert run_id not in st.by_node.get("n3", ()) and ldr.alive("n3")
+    # Its lease (counted from its newest heartbeat) ends before the node timeout.
+    wait_s = lease.release_after_ms(TIMEOUT_MS) / 1000
+    assert wait_s < TIMEOUT_S
+    ldr.advance(wait_s - 0.2, beating=("n2",))
+    ldr.clock.advance(0.2)
+    [rel] = ldr.look()
+    assert (rel.node, rel.scope, rel.hb) == ("n3", "all", T0)
+    assert not ldr.alive("n3")
