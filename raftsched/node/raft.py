@@ -134,6 +134,8 @@ class RaftNode(Replica):
         election before a leader has reached it (only a member is reached).
     :param on_fatal: called (Raft thread) once when this replica meets a log entry or a
         snapshot in a format it cannot read; the node must stop (see :meth:`_refuse`).
+    :param auto_tick: False: no Raft thread; the caller drives the replica with
+        :meth:`tick` (the in-process test cluster does).
     """
 
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str,
@@ -141,7 +143,8 @@ class RaftNode(Replica):
                  timing: Any, on_effects: Callable[[list[Effect]], None],
                  history_limit: int = 100, max_pending: int = 10000,
                  on_state_changed: Callable[[int, int], None] | None = None,
-                 on_fatal: Callable[[str], None] | None = None, join: bool = False) -> None:
+                 on_fatal: Callable[[str], None] | None = None, join: bool = False,
+                 auto_tick: bool = True) -> None:
         install()  # refuses a pysyncobj whose internals the patches do not match
         os.makedirs(data_dir, exist_ok=True)
         #: Why this replica stopped applying (a format it cannot read), else None.
@@ -199,6 +202,9 @@ class RaftNode(Replica):
             # A lone node has no peer replies to wake its poller, so an entry would wait
             # a whole tick (50 ms) to commit; tick faster instead.
             autoTickPeriod=0.002 if not peers else 0.05,
+            # False: no Raft thread; whoever made the replica calls tick() (several
+            # replicas in one test thread, each paused by not being ticked).
+            autoTick=auto_tick,
         )
         self._consumer = _Consumer(self)
         # Set before pysyncobj's thread can tick (it starts inside __init__).
@@ -374,6 +380,12 @@ class RaftNode(Replica):
             return dict(self.sync.getStatus())
         except Exception:  # noqa: BLE001 - status is best effort
             return {}
+
+    def tick(self, wait_s: float = 0.0) -> None:
+        """One step of the Raft thread's work (socket events, timers, applies, tick
+        actions), waiting up to ``wait_s`` for a socket event: only for a replica made
+        with ``auto_tick=False``, which has no Raft thread of its own."""
+        self.sync.doTick(wait_s)
 
     def tick_alive(self) -> bool:
         return bool(self.sync.tick_thread_alive())

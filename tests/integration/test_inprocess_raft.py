@@ -1,0 +1,187 @@
+"""Issue 13 item 5: an in-process cluster of real replicas, ticked by the test.
+
+Three :class:`~raftsched.node.raft.RaftNode` replicas (real pysyncobj, real loopback
+TCP, real journals) are made with ``auto_tick=False``: there is no Raft thread, the
+test calls each replica's ``tick`` in turn, and a replica it does not tick is paused —
+exactly like a SIGSTOPped process, its sockets open, its peers' messages waiting in
+the kernel — but chosen step by step, with no process, no signal and no sleep. What
+only real processes show (a SIGKILL, a lost journal, a network namespace) stays in the
+process tests; here: one log order everywhere, and a deposed leader's verdict, the
+mechanism behind issue 14's violation 1, refused by every replica however it reaches
+the log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from raftsched.core.codec import encode_state
+from raftsched.core.commands import Heartbeat, LeaderRecord, Release
+from raftsched.core.errors import NotReady
+from raftsched.faces.launcher import free_ports
+from raftsched.node.config import Timing
+from raftsched.node.raft import RaftNode
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+#: Generous: every wait below is bounded by this (a loaded machine ticks slowly).
+DEADLINE_S = 40.0
+T0 = 20_000 * 86_400 * 1000
+
+
+class Cluster:
+    """Three replicas in this thread; ``paused`` ones are not ticked."""
+
+    def __init__(self, tmp_path: Any) -> None:
+        ports = free_ports(3)
+        self.addr = {f"n{i + 1}": f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        self.paused: set[str] = set()
+        # Every replica runs in this one thread, so a stall of the thread (a loaded
+        # machine) stalls them all; election timeouts far above any such stall keep
+        # the only elections the ones the test causes. The connection timeout keeps a
+        # paused replica's connections open, as a short SIGSTOP does.
+        timing = Timing(election_timeout_min_ms=2000, election_timeout_max_ms=4000,
+                        connection_timeout_ms=8000, leader_fallback_ms=8000)
+        self.nodes: dict[str, RaftNode] = {}
+        try:
+            for nid, addr in self.addr.items():
+                self.nodes[nid] = RaftNode(
+                    self_addr=addr, peers=[a for a in self.addr.values() if a != addr],
+                    data_dir=str(tmp_path / nid), secret="in-process-test-secret-0123456789",
+                    timing=timing, on_effects=lambda _effects: None, auto_tick=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.destroy()
+
+    def tick(self) -> None:
+        for nid, node in self.nodes.items():
+            if nid not in self.paused:
+                node.tick(0.002)
+
+    def until(self, cond: Callable[[], Any], what: str) -> Any:
+        """Tick the running replicas until ``cond()`` is truthy; fail naming ``what``."""
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            self.tick()
+            value = cond()
+            if value:
+                return value
+        raise AssertionError(f"no {what} within {DEADLINE_S}s")
+
+    def leader(self) -> str | None:
+        """The running replica that leads and that every running replica follows."""
+        running = [n for n in self.nodes if n not in self.paused]
+        leaders = [n for n in running if self.nodes[n].leader_term() is not None]
+        if len(leaders) != 1:
+            return None
+        addr = self.addr[leaders[0]]
+        if all(self.nodes[n].leader_addr() == addr for n in running):
+            return leaders[0]
+        return None
+
+    def commit(self, nid: str, cmd: Any) -> dict[str, Any]:
+        """Submit ``cmd`` on replica ``nid`` and tick until it resolves."""
+        fut = self.nodes[nid].submit(cmd)
+        self.until(fut.done, f"outcome of {cmd!r}")
+        return fut.result()
+
+    def states(self) -> dict[str, bytes]:
+        return {nid: node.read(encode_state) for nid, node in self.nodes.items()}
+
+    def converged(self) -> bool:
+        """Every replica applied the same entries and holds the same state bytes."""
+        states = self.states()
+        return len(set(states.values())) == 1 and len(
+            {node.read(lambda st: st.applied) for node in self.nodes.values()}) == 1
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def heartbeat(nid: str, at: int) -> Heartbeat:
+    return Heartbeat(node=nid, boot=1, slots=4, queue=0, at=at)
+
+
+def establish(c: Cluster) -> tuple[str, int]:
+    """A leader every replica follows, with its leadership record committed."""
+    leader = c.until(c.leader, "leader")
+    term = c.nodes[leader].leader_term()
+    assert term is not None
+    assert c.commit(leader, LeaderRecord(node=leader, term=term, at=T0, skew={}))["ok"]
+    return leader, term
+
+
+def test_commands_submitted_on_any_replica_apply_in_one_order_everywhere(cluster) -> None:
+    c = cluster
+    establish(c)
+    # Followers forward to the leader; every submission resolves with its reply.
+    for i, nid in enumerate(c.nodes):
+        assert c.commit(nid, heartbeat(nid, T0 + i))["ok"]
+    c.until(c.converged, "replicas with identical states")
+    assert c.nodes["n1"].read(lambda st: sorted(st.nodes)) == ["n1", "n2", "n3"]
+
+
+def test_a_paused_leaders_release_is_refused_by_every_replica_however_it_is_proposed(
+        cluster) -> None:
+    c = cluster
+    old, old_term = establish(c)
+    for nid in c.nodes:
+        assert c.commit(nid, heartbeat(nid, T0 + 10))["ok"]
+    healthy = sorted(n for n in c.nodes if n != old)
+    # The leader stops running; the other two elect one of them and record it.
+    c.paused.add(old)
+    new = c.until(c.leader, "new leader")
+    assert new in healthy
+    new_term = c.nodes[new].leader_term()
+    assert new_term is not None and new_term > old_term
+
+    # It wakes still believing it leads (nothing told it otherwise while it slept) and
+    # at once declares the others lost, as its stale view says. Appended to its own
+    # log in its old term, such a command never commits (the new leader's no-op
+    # overwrites it); queued until it hears of the new term, it is forwarded.
+    c.paused.clear()
+    assert c.nodes[old].leader_term() == old_term, "it did not run: it still leads"
+    woke: list[Future[Any]] = [c.nodes[old].submit(Release(
+        node=n, scope="all", reason="silent for 4.5s", term=old_term, leader=old,
+        at=T0 + 30)) for n in healthy]
+    leader = c.until(c.leader, "one leader followed by all three")
+    assert leader != old and c.nodes[old].leader_term() is None
+
+    # Following now, it still proposes a release with its old term: forwarded, the
+    # leader appends it in the new term. The new leader has not recorded its
+    # leadership yet (a window of a few ms in a node), so the state still names the
+    # old one: only the log entry's term tells that the proposer no longer leads.
+    assert c.nodes[leader].read(lambda st: st.leader["term"]) == old_term
+    late = c.commit(old, Release(node=healthy[0], scope="all", reason="silent for 4.5s",
+                                 term=old_term, leader=old, at=T0 + 40))
+    assert late["ok"] is False and late["error"]["code"] == "conflict", late
+    assert "no longer leads" in late["error"]["message"], late
+    c.until(lambda: all(f.done() for f in woke), "outcome of the woken leader's releases")
+    for fut in woke:
+        exc = fut.exception()
+        if exc is None:
+            assert fut.result()["ok"] is False, fut.result()
+        else:
+            assert isinstance(exc, NotReady), exc
+
+    lead_term = c.nodes[leader].leader_term()
+    assert c.commit(leader, LeaderRecord(node=leader, term=lead_term, at=T0 + 50,
+                                         skew={}))["ok"]
+    c.until(c.converged, "replicas with identical states")
+    alive = c.nodes[leader].read(lambda st: {n: rec.alive for n, rec in st.nodes.items()})
+    assert alive == {"n1": True, "n2": True, "n3": True}, "a deposed leader's verdict held"
