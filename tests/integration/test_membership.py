@@ -68,8 +68,10 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     """Every fire time in [t_begin, t_end] ran exactly once; returns the figures.
 
     ``killed`` (node, time): a run that node was executing when it was SIGKILLed runs
-    again elsewhere as attempt 2 (``on_node_lost = retry``, at-least-once by design):
-    counted apart, as ``retried_after_kill``; any other second execution is doubled."""
+    again elsewhere as attempt 2 (``on_node_lost = retry``, at-least-once by design),
+    and so does a run a node stopped when it fenced itself (no quorum: a starved
+    machine): counted apart, as ``retried_after_kill_or_fence``; any other second
+    execution is doubled."""
     lo = (int(t_begin) + 1) * 1000
     hi = int(t_end) * 1000
 
@@ -86,20 +88,27 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     executed = collections.Counter(r["RUN_ID"] for r in witness)
     doubled = {k: v for k, v in executed.items() if v > 1}
     retried = set()
-    if killed is not None:
-        by_run = collections.defaultdict(list)
-        for r in witness:
-            by_run[r["RUN_ID"]].append(r)
-        for rid in list(doubled):
-            recs = sorted(by_run[rid], key=lambda r: int(r["ATTEMPT"]))
-            # (A job process spawned just before the kill may write its line just after;
-            # on a loaded machine a Python start can take seconds. The killed node is
-            # not restarted before this check, so it cannot have started a run later.)
-            if len(recs) == 2 and recs[0]["NODE_ID"] == killed[0] \
-                    and recs[0]["t"] < killed[1] + 5.0 \
-                    and int(recs[1]["ATTEMPT"]) > int(recs[0]["ATTEMPT"]):
-                retried.add(rid)
-                del doubled[rid]
+    fenced = self_fenced_runs(c)
+    by_run = collections.defaultdict(list)
+    for r in witness:
+        by_run[r["RUN_ID"]].append(r)
+    for rid in list(doubled):
+        recs = sorted(by_run[rid], key=lambda r: int(r["ATTEMPT"]))
+        if len(recs) != 2 or int(recs[1]["ATTEMPT"]) <= int(recs[0]["ATTEMPT"]):
+            continue
+        # (A job process spawned just before the kill may write its line just after;
+        # on a loaded machine a Python start can take seconds. The killed node is
+        # not restarted before this check, so it cannot have started a run later.)
+        after_kill = (killed is not None and recs[0]["NODE_ID"] == killed[0]
+                      and recs[0]["t"] < killed[1] + 5.0)
+        # A node starved of CPU for over a second (no quorum) fences itself and stops
+        # its runs; under on_node_lost = retry the run is retried elsewhere: at least
+        # once by design, and never two at a time (the retry began after the stop).
+        node, stopped = fenced.get(rid, (None, 0.0))
+        after_fence = recs[0]["NODE_ID"] == node and recs[1]["t"] >= stopped
+        if after_kill or after_fence:
+            retried.add(rid)
+            del doubled[rid]
     lost, twice = [], []
     for j in JOBS:
         acc = outcomes_by_fire_time(runs[j])
@@ -124,7 +133,7 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     starts = sorted(r["t"] for r in witness if lo / 1000 <= r["t"] <= hi / 1000 + 1)
     gap = max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
     figures = {"fire_times": len(JOBS) * ((hi - lo) // 1000 + 1), "lost": len(lost),
-               "doubled": len(doubled), "retried_after_kill": len(retried),
+               "doubled": len(doubled), "retried_after_kill_or_fence": len(retried),
                "lag_p50_before_s": round(before[len(before) // 2], 3),
                "lag_p50_s": round(lag[len(lag) // 2], 3), "lag_max_s": round(lag[-1], 3),
                "longest_pause_between_starts_s": round(gap, 3)}
@@ -133,6 +142,18 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     assert not twice, f"fire times with two outcomes: {twice[:5]}"
     assert not lost, f"fire times not run exactly once: {lost[:10]}"
     return figures
+
+
+def self_fenced_runs(c) -> dict[str, tuple[str, float]]:
+    """run id -> (node, when it stopped it, s) for each run a node stopped when it
+    fenced itself (``run.finished`` lost, "self-fenced: ...")."""
+    out = {}
+    for nid in c.ids:
+        for e in c.events(nid):
+            if e.get("event") == "run.finished" and e.get("outcome") == "lost" \
+                    and str(e.get("reason", "")).startswith("self-fenced"):
+                out[e["run_id"]] = (e["node"], e["ts_ms"] / 1000)
+    return out
 
 
 def _fire_s(rec: dict) -> float:
