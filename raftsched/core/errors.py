@@ -145,10 +145,21 @@ class NotReady(RaftschedError, ConnectionError):
     only if ``maybe_committed`` is true."""
 
     code = "not_ready"
+    #: The command may still commit (it reached the log before leadership moved):
+    #: retry with the same request id, never with a new one.
+    maybe_committed: bool = False
 
     def __init__(self, message: str, *, maybe_committed: bool = False) -> None:
         super().__init__(message)
         self.maybe_committed = maybe_committed
+
+    def to_wire(self) -> dict[str, Any]:
+        """``{code, message}``, plus ``maybe_committed: true`` when it is (an older
+        client ignores the key; a missing key reads as false)."""
+        out = super().to_wire()
+        if self.maybe_committed:
+            out["maybe_committed"] = True
+        return out
 
 
 class Unavailable(RaftschedError, ConnectionError):
@@ -248,6 +259,8 @@ def from_wire(err: Any) -> RaftschedError:
         setattr(exc, attr, message.partition(": ")[0])
     elif cls is UnknownJob and isinstance(exc, UnknownJob):
         exc.job_id = message.removeprefix("no job with id ").strip("'\"")
+    elif isinstance(exc, NotReady):
+        exc.maybe_committed = err.get("maybe_committed") is True
     return exc
 
 

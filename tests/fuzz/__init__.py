@@ -212,7 +212,11 @@ def check_reply(reply: Any) -> str:
         return "ok"
     assert set(reply) == {"v", "id", "ok", "error"}, f"extra keys: {sorted(reply)}"
     err = reply["error"]
-    assert isinstance(err, dict) and set(err) == {"code", "message"}, f"bad error: {err!r:.200}"
+    assert isinstance(err, dict) and set(err) - {"maybe_committed"} == {"code", "message"}, \
+        f"bad error: {err!r:.200}"
+    # A not_ready reply may say the command can still commit (and only says so).
+    assert err.get("maybe_committed", True) is True and (
+        "maybe_committed" not in err or err["code"] == "not_ready"), f"bad error: {err!r:.200}"
     assert isinstance(err["code"], str) and isinstance(err["message"], str), err
     assert err["code"] in KNOWN_CODES, f"unknown error code {err['code']!r}"
     assert len(err["message"]) <= 4096, f"error message of {len(err['message'])} chars"

@@ -103,3 +103,14 @@ def test_errors_keep_their_fields_across_the_wire() -> None:
         back = from_wire(err.to_wire())
         assert type(back) is type(err) and str(back) == str(err)
         assert getattr(back, attr) == getattr(err, attr)
+
+
+def test_not_ready_says_across_the_wire_whether_the_command_may_still_commit() -> None:
+    from raftsched.core.errors import NotReady, from_wire
+    for maybe in (True, False):
+        back = from_wire(NotReady("leader changed", maybe_committed=maybe).to_wire())
+        assert isinstance(back, NotReady) and str(back) == "leader changed"
+        assert back.maybe_committed is maybe
+    # A node of an older release sends {code, message} only: not "maybe".
+    assert from_wire({"code": "not_ready", "message": "no leader"}).maybe_committed is False
+    assert NotReady("x").to_wire() == {"code": "not_ready", "message": "x"}
