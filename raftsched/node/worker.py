@@ -360,12 +360,18 @@ class WorkerPool(WorkerCommits):
             if not accepted:
                 accepted = self._started_by_us(loc)
             if not accepted or self.local.get(loc.run_id) is not loc:
-                self.local.pop(loc.run_id, None)
+                self._forget(loc)
                 # The refusal itself is logged once, as run.start_rejected, by the node.
                 self.counters.rejected += 1
                 continue
             self._launch(loc)
         self._wake.set()
+
+    def _forget(self, loc: _Local) -> None:
+        """Drop ``loc``, not a newer claim of its run (handed back here while its start
+        was in flight): dropping that left the run started with no process, forever."""
+        if self.local.get(loc.run_id) is loc:
+            del self.local[loc.run_id]
 
     def _started_by_us(self, loc: _Local) -> bool:
         """A retried start whose first try did commit is refused the second time."""
@@ -375,7 +381,7 @@ class WorkerPool(WorkerCommits):
         spec = self.raft.read(lambda st: st.jobs[loc.job_id].spec if loc.job_id in st.jobs
                               else None)
         if spec is None:
-            self.local.pop(loc.run_id, None)
+            self._forget(loc)
             return
         loc.phase = "running"
         ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
@@ -458,7 +464,7 @@ class WorkerPool(WorkerCommits):
         if not may:
             # Released and handed on (new fence) while this node was away: its new
             # holder runs it; this node never does, and reports nothing.
-            self.local.pop(loc.run_id, None)
+            self._forget(loc)
             self.counters.rejected += 1
             events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
                         fence=loc.fence, reason="moved on before its instant",

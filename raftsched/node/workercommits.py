@@ -130,5 +130,9 @@ class WorkerCommits:
                 if any(isinstance(d, BaseException) for d in done):
                     return  # stopping
             for item in batch:
-                self.local.pop(item.run_id, None)
+                # Only this attempt's claim: a retry handed back to this node (a newer
+                # fence) may already stand under the same run id.
+                held = self.local.get(item.run_id)
+                if held is not None and held.fence == item.fence:
+                    del self.local[item.run_id]
             self._wake.set()

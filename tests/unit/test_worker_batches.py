@@ -107,3 +107,54 @@ def test_a_burst_of_starts_is_sent_in_bounded_commands() -> None:
     assert max(sizes) == worker.MAX_START_BATCH and sum(sizes) == n
     assert sorted(i.run_id for c in raft.sent for i in c.items) == \
         sorted(f"j{i}@{fire}" for i in range(n))
+
+
+class ApplyingRaft(FakeRaft):
+    """Applies each start to the state, as its commit would."""
+
+    def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
+        self.sent.append(cmd)
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut.set_result(self.st.apply(cmd))
+        self.st.take_effects()
+        return fut
+
+
+def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
+    # Seen in the membership test on a loaded machine: a start of fence 440 was in
+    # flight when the run came back to this node as fence 508. Its refusal dropped the
+    # 508 claim (popped by run id), the 508 start then committed with no local record,
+    # and the run stayed started in the state, with no process, forever: a lost fire
+    # and a drain that never ended.
+    at = now_ms()
+    st = ClusterState()
+    ok(st, {"op": "leader", "at": at, "node": "n1", "term": 1})
+    ok(st, {"op": "heartbeat", "at": at, "node": "n1", "boot": 1, "slots": 4, "queue": 0,
+            "tags": [], "api": ""})
+    ok(st, {"op": "put_job", "at": at - 60_000,
+            "spec": {"id": "j", "schedule": {"every": "1h"}, "command": ["true"]}})
+    fire = st.jobs["j"].next_ms
+    ok(st, {"op": "plan", "at": at, "fires": [["run", "j", fire, "n1", False]]})
+    run_id = f"j@{fire}"
+    raft = ApplyingRaft(st)
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
+        [old] = raft.read(pool._sync_claims)[0]
+        pool.local[run_id] = old
+        old.phase = "starting"
+        # Meanwhile the run is released and handed back to this node (a new fence).
+        ok(st, {"op": "release", "at": at, "node": "n1", "scope": "assigned"})
+        ok(st, {"op": "plan", "at": at, "place": [[run_id, "n1"]]})
+        [new] = raft.read(pool._sync_claims)[0]
+        assert new.fence > old.fence
+        pool.local[run_id] = new
+        await pool._start_batch([old])  # refused: a stale fence
+        assert pool.local.get(run_id) is new, "the newer claim was dropped"
+        new.phase = "starting"
+        await pool._start_batch([new])
+        assert pool.local.get(run_id) is new and new.phase == "running"
+
+    asyncio.run(main())
+    assert st.runs[run_id].state == "started"
