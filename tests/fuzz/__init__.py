@@ -133,6 +133,15 @@ class RawConn:
         header = self._recv_exactly(FRAME.size)
         if header is None:
             return None
+        if header == b"HTTP":
+            # Bytes that open like an HTTP request line get the node's one-line HTTP 400
+            # (naming its HTTP port), then the close: never a frame (this header would
+            # announce ~1.2 GB).
+            rest = bytearray()
+            while chunk := self.sock.recv(1 << 16):
+                rest += chunk
+            assert (header + rest).startswith(b"HTTP/1.0 400 "), bytes(header + rest)[:200]
+            return None
         (size,) = FRAME.unpack(header)
         body = self._recv_exactly(size) if size else b""
         if body is None:

@@ -114,10 +114,13 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
         acc = outcomes_by_fire_time(runs[j])
         for t in range(lo, hi + 1, 1000):
             outcomes = acc.get(t, [])
-            if killed is not None and len(outcomes) > 1:
+            if len(outcomes) > 1:
                 # A run started on the killed node is recorded lost there and retried
-                # (attempt 2); whether attempt 1 had begun executing or not.
-                kept = [o for o in outcomes if not o.startswith(f"lost:node {killed[0]} ")]
+                # (attempt 2), whether attempt 1 had begun executing or not; so is one
+                # a starved node stopped when it fenced itself.
+                gone = ("lost:self-fenced",) + (
+                    (f"lost:node {killed[0]} ",) if killed is not None else ())
+                kept = [o for o in outcomes if not o.startswith(gone)]
                 if len(kept) == 1:
                     retried.add(f"{j}@{t}")
                     outcomes = kept
