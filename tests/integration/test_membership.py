@@ -104,7 +104,7 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
         # A node starved of CPU for over a second (no quorum) fences itself and stops
         # its runs; under on_node_lost = retry the run is retried elsewhere: at least
         # once by design, and never two at a time (the retry began after the stop).
-        node, stopped = fenced.get(rid, (None, 0.0))
+        node, stopped = fenced.get((rid, int(recs[0]["FENCE"])), (None, 0.0))
         after_fence = recs[0]["NODE_ID"] == node and recs[1]["t"] >= stopped
         if after_kill or after_fence:
             retried.add(rid)
@@ -147,15 +147,16 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     return figures
 
 
-def self_fenced_runs(c) -> dict[str, tuple[str, float]]:
-    """run id -> (node, when it stopped it, s) for each run a node stopped when it
-    fenced itself (``run.finished`` lost, "self-fenced: ...")."""
+def self_fenced_runs(c) -> dict[tuple[str, int], tuple[str, float]]:
+    """(run id, fence) -> (node, when it stopped it, s) for each attempt a node stopped
+    when it fenced itself (``run.finished`` lost, "self-fenced: ..."); one run may have
+    several such attempts."""
     out = {}
     for nid in c.ids:
         for e in c.events(nid):
             if e.get("event") == "run.finished" and e.get("outcome") == "lost" \
                     and str(e.get("reason", "")).startswith("self-fenced"):
-                out[e["run_id"]] = (e["node"], e["ts_ms"] / 1000)
+                out[(e["run_id"], int(e["fence"]))] = (e["node"], e["ts_ms"] / 1000)
     return out
 
 
