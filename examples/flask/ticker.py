@@ -25,7 +25,7 @@ sched = raftsched.Scheduler(stop_timeout=10)
            misfire={"policy": "all", "grace": "1m", "max_catchup": 100})
 def append_tick(ctx: raftsched.RunContext) -> None:
     with open(TICKS, "a", encoding="utf-8") as f:
-        f.write(f"{ctx.scheduled_at} {ctx.node_id} pid={os.getpid()}\n")
+        f.write(f"{ctx.scheduled_at} {ctx.node_id} pid={os.getpid()} attempt={ctx.attempt}\n")
 
 
 app = Flask(__name__)
