@@ -94,7 +94,7 @@ def end_run(st: ClusterState, run: RunRecord, at: int, state: RunState, reason: 
     st.totals[run.state] = st.totals.get(run.state, 0) + 1
     if was_started and state is RunState.cancelled and run.node is not None:
         # The node must stop the process: its finish will be refused from now on.
-        st.effects.append(StopRun(run.run_id, run.node))
+        st.effects.append(StopRun(run.run_id, run.node, run.fence))
     st.effects.append(RunEnded(run.run_id, run.state, run.node, reason))
     if rec is None:
         return True

@@ -135,6 +135,9 @@ class StopRun(NamedTuple):
     """The run."""
     node: str
     """The node running it."""
+    fence: int
+    """The cancelled attempt's fence: a newer attempt of the same run id (a one-shot
+    job removed and put again) is not this one."""
 
 
 class RunEnded(NamedTuple):

@@ -278,8 +278,8 @@ class Node:
             match eff:
                 case RunAssigned(node=node) if node == me:
                     wake_worker = True
-                case StopRun(run_id=run_id, node=node) if node == me:
-                    self.worker.cancel(run_id)
+                case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
+                    self.worker.cancel(run_id, fence)
                 case TransferAsked(to=to):
                     self.leader.request_transfer(to)
                 case NotifyPending():

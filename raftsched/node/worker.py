@@ -146,11 +146,13 @@ class WorkerPool(WorkerCommits):
         """Something assigned to or cancelled on this node changed (event loop thread)."""
         self._wake.set()
 
-    def cancel(self, run_id: str) -> None:
-        """The cluster ended a run of ours (replaced, job removed): stop it, report nothing."""
-        loc = self.local.pop(run_id, None)
-        if loc is None:
+    def cancel(self, run_id: str, fence: int) -> None:
+        """The cluster ended attempt ``fence`` of a run of ours (replaced, job removed):
+        stop it, report nothing. A newer attempt of the run id stays."""
+        loc = self.local.get(run_id)
+        if loc is None or loc.fence != fence:
             return
+        del self.local[run_id]
         if loc.execution is not None:
             loc.execution.stop(self.kill_grace_s)
         events.emit("run.cancelled", node=self.node_id, run_id=run_id, outcome="cancelled",
@@ -298,6 +300,10 @@ class WorkerPool(WorkerCommits):
                         fence=loc.fence, reason="moved on before its instant",
                         level=logging.WARNING)
         for loc in mine:
+            old = self.local.get(loc.run_id)
+            if old is not None and old.execution is not None:
+                # A newer attempt here while the older still runs (its cancel queued).
+                old.execution.stop(self.kill_grace_s, "a newer attempt of the run began")
             self.local[loc.run_id] = loc
             if self.fault == "exit_after_claim":
                 # Test-only fault injection (RAFTSCHED_FAULT): die holding the claim.
@@ -354,7 +360,8 @@ class WorkerPool(WorkerCommits):
                                        at_floor=min(loc.start_at_ms for loc in batch))
         except Exception:  # noqa: BLE001 - stopping
             return
-        results = reply.get("results", []) if reply.get("ok") else []
+        # A command refused whole (ok false) started none of them: each is a refusal.
+        results = reply.get("results", []) if reply.get("ok") else [None] * len(batch)
         for loc, res in zip(batch, results, strict=False):
             accepted = bool(res and res[0])
             if not accepted:

@@ -397,7 +397,7 @@ def test_replace_overlap_cancels_previous() -> None:
     ok(st, cmd)
     assert r1.run_id not in st.runs
     assert hist(st, "r")[-1].state == "cancelled"
-    assert StopRun(r1.run_id, "n1") in st.take_effects()
+    assert StopRun(r1.run_id, "n1", r1.fence) in st.take_effects()
     assert st.runs[f"r@{T0 + 10 * S}"].state == "assigned"
 
 

@@ -170,8 +170,8 @@ def test_delete_cancels_active_runs() -> None:
     assert not st.runs and not st.pending
     assert not any(st.by_node.values())
     effects = st.take_effects()
-    assert StopRun(r1.run_id, "n1") in effects  # the started one must be stopped
-    assert StopRun(r2.run_id, "n2") not in effects
+    assert StopRun(r1.run_id, "n1", r1.fence) in effects  # the started one must be stopped
+    assert not any(isinstance(e, StopRun) and e.run_id == r2.run_id for e in effects)
     assert JobRemoved("j") in effects
     assert st.totals["cancelled"] == 2
     assert finish_hist == 0
@@ -330,7 +330,8 @@ def test_trigger_overlap_replace() -> None:
     reply = ok(st, {"op": "trigger", "at": T0 + 5 * S, "job": "j"})
     assert first not in st.runs
     assert hist(st, "j")[-1].state == "cancelled"
-    assert StopRun(first, "n1") in st.take_effects()
+    fence = hist(st, "j")[-1].fence
+    assert StopRun(first, "n1", fence) in st.take_effects()
     assert list(st.runs) == [reply["run_id"]]
 
 

@@ -158,3 +158,51 @@ def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
 
     asyncio.run(main())
     assert st.runs[run_id].state == "started"
+
+
+class _Execution:
+    """Stands in for a running process: records the stops asked of it."""
+
+    def __init__(self) -> None:
+        self.stops: list[str | None] = []
+
+    def stop(self, grace_s: float, reason: str | None = None) -> None:
+        self.stops.append(reason)
+
+
+def test_an_older_attempts_cancel_spares_the_newer_and_a_replaced_attempt_is_stopped() -> None:
+    # A run id comes back with a new fence while its first attempt still runs here and
+    # that attempt's cancel is still queued (a one-shot job removed and put again
+    # inside its grace; effects reach the worker after it reads the state). The cancel
+    # popped the newer claim by run id, and the first attempt's process was left with
+    # no record owning it: it ran on beside the newer attempt, never stopped.
+    at = now_ms()
+    st = ClusterState()
+    ok(st, {"op": "leader", "at": at, "node": "n1", "term": 1})
+    ok(st, {"op": "heartbeat", "at": at, "node": "n1", "boot": 1, "slots": 4, "queue": 0,
+            "tags": [], "api": ""})
+    ok(st, {"op": "put_job", "at": at - 60_000,
+            "spec": {"id": "j", "schedule": {"every": "1h"}, "command": ["true"]}})
+    fire = st.jobs["j"].next_ms
+    ok(st, {"op": "plan", "at": at, "fires": [["run", "j", fire, "n1", False]]})
+    run_id = f"j@{fire}"
+    raft = ApplyingRaft(st)
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
+        [old] = raft.read(pool._sync_claims)[0]
+        old.phase, old.execution = "running", _Execution()
+        pool.local[run_id] = old
+        ok(st, {"op": "release", "at": at, "node": "n1", "scope": "assigned"})
+        ok(st, {"op": "plan", "at": at, "place": [[run_id, "n1"]]})
+        pool._step()
+        new = pool.local[run_id]
+        assert new is not old and new.fence > old.fence
+        assert old.execution.stops == ["a newer attempt of the run began"]
+        pool.cancel(run_id, old.fence)
+        assert pool.local.get(run_id) is new, "the older attempt's cancel dropped the newer"
+        pool.cancel(run_id, new.fence)
+        assert run_id not in pool.local
+
+    asyncio.run(main())
