@@ -210,6 +210,7 @@ class RaftNode(Replica):
         # Set before pysyncobj's thread can tick (it starts inside __init__).
         self.sync = RaftSyncObj.__new__(RaftSyncObj)
         self.sync._rs_joining = join
+        self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
         self.sync.__init__(self_addr, self.peers, conf=conf, consumers=[self._consumer])
         self.sync.addOnTickCallback(self._run_tick_actions)
         tick_thread = getattr(self.sync, "_SyncObj__thread", None)

@@ -37,7 +37,7 @@ T0 = 20_000 * 86_400 * 1000
 class Cluster:
     """Three replicas in this thread; ``paused`` ones are not ticked."""
 
-    def __init__(self, tmp_path: Any) -> None:
+    def __init__(self, tmp_path: Any, election_ms: tuple[int, int] = (2000, 4000)) -> None:
         ports = free_ports(3)
         self.addr = {f"n{i + 1}": f"127.0.0.1:{p}" for i, p in enumerate(ports)}
         self.paused: set[str] = set()
@@ -45,7 +45,8 @@ class Cluster:
         # machine) stalls them all; election timeouts far above any such stall keep
         # the only elections the ones the test causes. The connection timeout keeps a
         # paused replica's connections open, as a short SIGSTOP does.
-        timing = Timing(election_timeout_min_ms=2000, election_timeout_max_ms=4000,
+        timing = Timing(election_timeout_min_ms=election_ms[0],
+                        election_timeout_max_ms=election_ms[1],
                         connection_timeout_ms=8000, leader_fallback_ms=8000)
         self.nodes: dict[str, RaftNode] = {}
         try:
@@ -185,3 +186,26 @@ def test_a_paused_leaders_release_is_refused_by_every_replica_however_it_is_prop
     c.until(c.converged, "replicas with identical states")
     alive = c.nodes[leader].read(lambda st: {n: rec.alive for n, rec in st.nodes.items()})
     assert alive == {"n1": True, "n2": True, "n3": True}, "a deposed leader's verdict held"
+
+
+def test_a_dead_leaders_closed_sockets_start_the_next_election_at_once(tmp_path) -> None:
+    """A killed leader's kernel closes its sockets: its followers read the close and
+    campaign within half the minimum election timeout (uniformly drawn), not a whole
+    timeout after its last message (issue 14: failover's cost). Destroying the
+    replica closes its sockets as a SIGKILL does; election timeouts of 4-8 s make the
+    two outcomes far apart: at most 2 s with the early campaign, at least ~3.9 s (the
+    last heartbeat, ≤ 0.1 s before the close, plus 4 s) without it."""
+    c = Cluster(tmp_path, election_ms=(4000, 8000))
+    try:
+        old, term = establish(c)
+        c.paused.add(old)
+        c.nodes[old].destroy()
+        closed = time.monotonic()
+        survivors = [n for n in c.nodes if n != old]
+        campaign = c.until(lambda: time.monotonic() if any(
+            c.nodes[n].term() > term for n in survivors) else None, "a campaign")
+        new = c.until(c.leader, "a new leader")
+        assert new in survivors
+        assert campaign - closed < 3.0, f"first campaign {campaign - closed:.2f}s after the close"
+    finally:
+        c.close()
