@@ -6,6 +6,12 @@ a new one can write it) and to the first start of such a run (its ``started_ms``
 the moment ``bench.noop:stamp`` was entered). Between kills the killed node is
 restarted and must rejoin (alive and connected in the leader's view).
 
+Each kill lands ``KILL_BEFORE_INSTANT_MS`` before a whole second, before the old leader
+assigns that instant's runs (it assigns ``lookahead``, 250 ms, ahead): the new leader
+must be elected, record itself and plan within that time for the instant's runs to
+start on time. *first instant's lag* is how late they started: the failover's cost as
+a job sees it (a kill at a random phase mostly measures the wait for the next second).
+
 Over the whole window: every fire time must have exactly one outcome; *lost* = fire
 times without any record, *doubled* = a (run_id, attempt) executed twice (stamps) or
 started twice (records). Re-executions with a higher attempt (``on_node_lost =
@@ -28,6 +34,8 @@ from bench.replicas import diff_runs, snapshot_runs
 from raftsched.node.config import Timing
 
 JOBS = 50
+#: How long before a whole second each kill lands (see the module docstring).
+KILL_BEFORE_INSTANT_MS = 400
 
 
 def run_w2(ctx: Ctx) -> Result:
@@ -38,13 +46,16 @@ def run_w2(ctx: Ctx) -> Result:
     ids = [f"w2-{i:03d}" for i in range(JOBS)]
     events: list[dict[str, Any]] = []
     try:
-        c.start_with_jobs([{"id": j, "schedule": {"every": "1s"}, "call": "bench.noop:stamp"}
-                           for j in ids])
+        # BENCH_W2_ON_NODE_LOST=fail: the same under at-most-once (default: retry).
+        lost_policy = os.environ.get("BENCH_W2_ON_NODE_LOST", "retry")
+        c.start_with_jobs([{"id": j, "schedule": {"every": "1s"}, "call": "bench.noop:stamp",
+                            "on_node_lost": lost_policy} for j in ids])
         time.sleep(3)
         t_begin = now_ms()
         for k in range(kills):
             leader = c.wait_leader(60)
             survivors = [n for n in c.ids if n != leader]
+            _sleep_to_phase(KILL_BEFORE_INSTANT_MS)
             t_kill = c.kill(leader)
             ctx.log(f"W2 kill {k + 1}/{kills}: SIGKILL leader {leader}")
 
@@ -115,7 +126,15 @@ def run_w2(ctx: Ctx) -> Result:
             call = first_call.get(r["run_id"])
             if call is not None and call > lo and (call_ms is None or call < call_ms):
                 call_ms = call
+        # The first instant after the kill: how late its runs started (any node's).
+        first_fire = min((r["scheduled_ms"] for r in allrecs if r["scheduled_ms"] > lo),
+                         default=None)
+        lags = sorted(r["started_ms"] - r["scheduled_ms"] for r in allrecs
+                      if r["scheduled_ms"] == first_fire and r["started_ms"] is not None)
         d = {"leader_seen_s": (ev["t_seen"] - lo) / 1000,
+             "first_fire_s": (first_fire - lo) / 1000 if first_fire else None,
+             "first_lag_p50_s": lags[len(lags) // 2] / 1000 if lags else None,
+             "first_lag_max_s": lags[-1] / 1000 if lags else None,
              "assign_s": (t_assign - lo) / 1000 if t_assign else None,
              "start_s": (start_ms - lo) / 1000 if start_ms else None,
              "call_s": (call_ms - lo) / 1000 if call_ms else None,
@@ -125,7 +144,9 @@ def run_w2(ctx: Ctx) -> Result:
         per_kill.append(d)
         rows.append([str(i + 1), f"{ev['old']} → {ev['new']}", fmt(d["leader_seen_s"], 2),
                      fmt(d["assign_s"], 3), fmt(d["start_s"], 3), fmt(d["call_s"], 3),
-                     fmt(d["any_start_s"], 3), fmt(d["any_call_s"], 3), fmt(d["rejoin_s"], 2)])
+                     fmt(d["any_start_s"], 3), fmt(d["any_call_s"], 3),
+                     fmt(d["first_fire_s"], 3), fmt(d["first_lag_p50_s"], 3),
+                     fmt(d["first_lag_max_s"], 3), fmt(d["rejoin_s"], 2)])
     summ_rows = []
     for key, label in (("leader_seen_s", "new leader visible in status"),
                        ("assign_s", "first run assigned by the new leader"),
@@ -133,6 +154,8 @@ def run_w2(ctx: Ctx) -> Result:
                        ("call_s", "first call of a new-leader run (stamp)"),
                        ("any_start_s", "first start of any run (start record)"),
                        ("any_call_s", "first call of any run (stamp)"),
+                       ("first_lag_p50_s", "first instant after the kill: start lag p50"),
+                       ("first_lag_max_s", "first instant after the kill: start lag max"),
                        ("rejoin_s", "killed node restarted → alive again")):
         vals = [d[key] for d in per_kill if d[key] is not None]
         summ_rows.append([label, fmt(stats.median(vals), 3),
@@ -151,7 +174,7 @@ def run_w2(ctx: Ctx) -> Result:
     res.tables.append(("per kill (seconds after the SIGKILL)",
                        ["#", "leader old → new", "new leader in status", "first assign",
                         "first start", "first call", "any run: start", "any run: call",
-                        "rejoin"], rows))
+                        "first instant", "its lag p50", "its lag max", "rejoin"], rows))
     res.tables.append((f"median and max over {len(per_kill)} kills (s)",
                        ["measure", "median", "max", "measured"], summ_rows))
     res.tables.append(("whole window: every fire time exactly once",
@@ -172,7 +195,8 @@ def run_w2(ctx: Ctx) -> Result:
         f"{_t.election_timeout_max_ms} ms, heartbeat {_t.heartbeat_ms} ms, node_timeout "
         f"{_t.node_timeout_ms} ms, lookahead {_t.lookahead_ms} ms). Jobs: `every: 1s`, "
         "default policies "
-        "(misfire `once` with 60 s grace, `on_node_lost = retry`).",
+        "(misfire `once` with 60 s grace), `on_node_lost = "
+        f"{os.environ.get('BENCH_W2_ON_NODE_LOST', 'retry')}`.",
         "*first assign* is the `at` the new leader stamped into its first plan; it includes "
         "the election, the new leader's `leader` record commit and its first plan.",
         "*re-executed as retry*: runs the killed node had started whose finish never "
@@ -186,6 +210,15 @@ def run_w2(ctx: Ctx) -> Result:
         res.notes.append(f"node log warnings+: `{problems}`")
     res.plots.append(_plot(ctx, per_kill))
     return res
+
+
+def _sleep_to_phase(before_ms: int) -> None:
+    """Sleep until ``before_ms`` before a whole second (at least 50 ms from now)."""
+    now = time.time()
+    target = int(now) + 1 - before_ms / 1000
+    while target < now + 0.05:
+        target += 1.0
+    time.sleep(target - now)
 
 
 def bench_timing() -> dict[str, str]:

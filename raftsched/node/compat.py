@@ -48,7 +48,8 @@ _INSTANCE_ATTRS = (
     (SyncObj.__init__, ("_SyncObj__raftCurrentTerm", "_SyncObj__leaderCommitIndex",
                         "_SyncObj__raftLog", "_SyncObj__thread", "_SyncObj__raftCommitIndex",
                         "_SyncObj__raftElectionDeadline", "_SyncObj__raftLeader", "getEncryptor",
-                        "_SyncObj__raftState")),
+                        "_SyncObj__raftState", "_SyncObj__transport",
+                        "_SyncObj__connectedNodes")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset")),
@@ -202,6 +203,10 @@ def known_prefix(prev_term: int, entries: list[Any], held: list[Any]) -> int:
     return n
 
 
+#: What a follower sends the peers it otherwise never talks to (RaftSyncObj._rs_ping).
+_PING = {"type": "rs_ping"}
+
+
 class RaftSyncObj(SyncObj):  # type: ignore[misc]
     """SyncObj with Raft's rule for a follower's log on append_entries (§5.3), and a
     follower that backs a leader up past its conflicting entries in one step.
@@ -244,6 +249,10 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     #: A follower whose connection to its leader closes campaigns within this many
     #: seconds (uniformly drawn), not after a whole election timeout; 0 turns it off.
     _rs_quick_spread_s = 0.0
+    #: Seconds between the pings a follower sends the peers it otherwise never talks
+    #: to (see :meth:`_rs_ping`); 0 turns them off.
+    _rs_ping_every_s = 0.0
+    _rs_next_ping = 0.0
 
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
         """A leader's process that dies (SIGKILL, a crash, an OOM kill) has its sockets
@@ -272,6 +281,29 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
             else:
                 self._SyncObj__raftElectionDeadline = float("inf")
         super()._onTick(timeToWait)
+        if self._rs_ping_every_s > 0:
+            now = time.monotonic()
+            if now >= self._rs_next_ping:
+                self._rs_next_ping = now + self._rs_ping_every_s
+                self._rs_ping()
+
+    def _rs_ping(self) -> None:
+        """Followers exchange nothing in Raft, so the connection between two of them
+        reads nothing for seconds, and pysyncobj drops a connection that has read
+        nothing for its connection timeout the moment it next sends on it. That moment
+        is an election: a candidate's vote request to the other follower was dropped
+        with the connection, and the vote waited for a reconnect (0.5 s) and one more
+        election timeout: 0.5-1.1 s of failover after a leader's SIGKILL, 0.25 s with
+        the connection kept read. A leader's appends and their answers keep its own
+        connections read; a follower pings every other peer. A ping is a message type
+        pysyncobj ignores (every branch of its handler checks the type)."""
+        if self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
+            return
+        leader = self._SyncObj__raftLeader
+        transport = self._SyncObj__transport
+        for node in list(self._SyncObj__connectedNodes):
+            if node != leader:
+                transport.send(node, _PING)
 
     def _SyncObj__doChangeCluster(self, request: Any, reverse: bool = False) -> Any:
         """pysyncobj applies a membership entry when it is appended and reverses it when
@@ -288,6 +320,8 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
         super()._checkCommandsToApply()
 
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
+        if message == _PING:  # its read has kept the connection alive; nothing else
+            return
         if self._rs_joining and isinstance(message, dict) \
                 and message.get("type") in ("request_vote", "timeout_now"):
             # A joining node's file may still list a member that was removed meanwhile;

@@ -211,6 +211,8 @@ class RaftNode(Replica):
         self.sync = RaftSyncObj.__new__(RaftSyncObj)
         self.sync._rs_joining = join
         self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
+        # Well inside the connection timeout: an idle connection is never dropped.
+        self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
         self.sync.__init__(self_addr, self.peers, conf=conf, consumers=[self._consumer])
         self.sync.addOnTickCallback(self._run_tick_actions)
         tick_thread = getattr(self.sync, "_SyncObj__thread", None)

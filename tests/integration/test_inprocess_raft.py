@@ -37,7 +37,8 @@ T0 = 20_000 * 86_400 * 1000
 class Cluster:
     """Three replicas in this thread; ``paused`` ones are not ticked."""
 
-    def __init__(self, tmp_path: Any, election_ms: tuple[int, int] = (2000, 4000)) -> None:
+    def __init__(self, tmp_path: Any, election_ms: tuple[int, int] = (2000, 4000),
+                 connection_ms: int = 8000) -> None:
         ports = free_ports(3)
         self.addr = {f"n{i + 1}": f"127.0.0.1:{p}" for i, p in enumerate(ports)}
         self.paused: set[str] = set()
@@ -47,7 +48,7 @@ class Cluster:
         # paused replica's connections open, as a short SIGSTOP does.
         timing = Timing(election_timeout_min_ms=election_ms[0],
                         election_timeout_max_ms=election_ms[1],
-                        connection_timeout_ms=8000, leader_fallback_ms=8000)
+                        connection_timeout_ms=connection_ms, leader_fallback_ms=8000)
         self.nodes: dict[str, RaftNode] = {}
         try:
             for nid, addr in self.addr.items():
@@ -207,5 +208,32 @@ def test_a_dead_leaders_closed_sockets_start_the_next_election_at_once(tmp_path)
         new = c.until(c.leader, "a new leader")
         assert new in survivors
         assert campaign - closed < 3.0, f"first campaign {campaign - closed:.2f}s after the close"
+    finally:
+        c.close()
+
+
+
+def test_the_link_between_two_followers_survives_their_idleness(tmp_path) -> None:
+    """Followers exchange nothing in Raft, and pysyncobj drops a connection that has
+    read nothing for its connection timeout the moment it next sends on it. That
+    moment was the next election: the first vote request after a leader's death was
+    dropped with the survivors' link, and the vote waited for a reconnect (0.5 s) and
+    one more election timeout (W2: 0.76 s median to a new leader, 0.32 s with the
+    link alive). Followers ping each other, so after two idle connection timeouts a
+    send between them still goes out (issue 14: failover's cost)."""
+    from pysyncobj.tcp_connection import CONNECTION_STATE
+
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=2000)
+    try:
+        establish(c)
+        idle_until = time.monotonic() + 4.5
+        c.until(lambda: time.monotonic() > idle_until, "two idle connection timeouts")
+        leader = c.until(c.leader, "a leader")
+        a, b = (n for n in c.nodes if n != leader)
+        transport = c.nodes[a].sync._SyncObj__transport
+        node_b = next(n for n in transport._connections if n.address == c.addr[b])
+        conn = transport._connections[node_b]
+        transport.send(node_b, {"type": "rs_ping"})
+        assert conn.state == CONNECTION_STATE.CONNECTED, "the idle follower link was dropped"
     finally:
         c.close()
