@@ -48,6 +48,9 @@ log = logging.getLogger("raftsched.worker")
 
 #: How often a run held for want of a fresh lease looks again.
 LEASE_RECHECK_S = 0.02
+#: A start timer that finds its instant further ahead than the pre-start window plus
+#: this saw the wall clock stepped back (slewing moves it by under 1 ms a second).
+STEPPED_BACK_MS = 1000
 
 
 @dataclass(slots=True, kw_only=True)
@@ -407,10 +410,17 @@ class WorkerPool(WorkerCommits):
         group.append(loc)
 
     def _fire(self, at_ms: int) -> None:
-        if now_ms() < at_ms:
+        ahead_ms = at_ms - now_ms()
+        if 0 < ahead_ms <= self.prestart_ms + STEPPED_BACK_MS:
             # Never before the scheduled instant (the loop's clock is not the wall clock).
-            asyncio.get_running_loop().call_later((at_ms - now_ms()) / 1000, self._fire, at_ms)
+            asyncio.get_running_loop().call_later(ahead_ms / 1000, self._fire, at_ms)
             return
+        if ahead_ms > 0:
+            # The monotonic timer waited the whole delay, at most the pre-start window:
+            # the wall clock was stepped back meanwhile. Waiting for it would leave these
+            # committed starts without a process (and skip their jobs' next fires).
+            log.warning("the wall clock went back %.1fs while runs waited for their "
+                        "instant: starting them now", ahead_ms / 1000)
         group = self._at.pop(at_ms, ())
         if len(group) >= QUIET_GROUP:
             # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.

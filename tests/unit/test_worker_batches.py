@@ -206,3 +206,26 @@ def test_an_older_attempts_cancel_spares_the_newer_and_a_replaced_attempt_is_sto
         assert run_id not in pool.local
 
     asyncio.run(main())
+
+
+def test_a_wall_clock_stepped_back_does_not_hold_a_committed_start_for_the_step(
+        monkeypatch) -> None:
+    # The start timer is monotonic and waits at most the pre-start window; when it
+    # fires and the wall clock says the instant is an hour ahead, the clock was stepped
+    # back: the run begins now, not in an hour with its start committed meanwhile.
+    begun: list[str] = []
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=FakeRaft(), slots=4,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
+                          prestart_ms=200)
+        monkeypatch.setattr(pool, "_begin", lambda loc: begun.append(loc))
+        at = 1_000_000_000
+        for label, now in (("slightly early", at - 150), ("stepped back", at - 3_600_000)):
+            pool._at[at] = [label]  # type: ignore[list-item]
+            monkeypatch.setattr(worker, "now_ms", lambda now=now: now)
+            pool._fire(at)
+        assert begun == ["stepped back"]
+        assert pool._at == {}
+
+    asyncio.run(main())
