@@ -254,9 +254,14 @@ def _is_header(line: str) -> bool:
     return bool(re.fullmatch(r"[A-Z_]+(\s{2,}[A-Z_]+)+", line.strip()))
 
 
+_WEEKDAY = r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b"
+
+
 def _pattern(line: str) -> re.Pattern[str]:
-    """The line with every number generalized (values differ from run to run)."""
+    """The line with every number and weekday generalized (values differ from run to
+    run: a schedule preview's dates follow the day the test runs)."""
     text = re.escape(" ".join(line.split()))
+    text = re.sub(_WEEKDAY, _WEEKDAY.replace("\\", "\\\\"), text)
     return re.compile(re.sub(r"(?:\\-)?\d+", r"-?\\d+", text))
 
 
