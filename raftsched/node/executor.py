@@ -18,6 +18,7 @@ import importlib
 import inspect
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,7 +325,18 @@ def resolve_callable(call: str, allowed: tuple[str, ...] | None) -> Any:
     if allowed is not None and not any(module_name == p or module_name.startswith(p + ".")
                                        for p in allowed):
         raise PermissionError(f"module {module_name!r} is not under an allowed prefix")
-    func = getattr(importlib.import_module(module_name), attr)
+    module = sys.modules.get(module_name)
+    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing", False):
+        # Being imported (another thread): an app whose module starts the embedded
+        # Scheduler at import waits in start() for the node's loop; importing it here,
+        # on that loop, would wait for the import to end: a deadlock until start()
+        # times out. Its functions defined above start() are there already.
+        func = getattr(module, attr, None)
+        if func is None:
+            raise ImportError(f"module {module_name!r} is still being imported and has no "
+                              f"{attr!r} yet (is it defined after Scheduler.start()?)")
+    else:
+        func = getattr(importlib.import_module(module_name), attr)
     if not callable(func):
         raise TypeError(f"{call} is not callable")
     return func
