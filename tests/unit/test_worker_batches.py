@@ -120,12 +120,9 @@ class ApplyingRaft(FakeRaft):
         return fut
 
 
-def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
-    # Seen in the membership test on a loaded machine: a start of fence 440 was in
-    # flight when the run came back to this node as fence 508. Its refusal dropped the
-    # 508 claim (popped by run id), the 508 start then committed with no local record,
-    # and the run stayed started in the state, with no process, forever: a lost fire
-    # and a drain that never ended.
+def _one_run_assigned_to_n1() -> tuple[int, ClusterState, str, ApplyingRaft]:
+    """A state whose leader n1 assigned itself the next fire of an hourly job: (now,
+    the state, the run id, a replica applying to it)."""
     at = now_ms()
     st = ClusterState()
     ok(st, {"op": "leader", "at": at, "node": "n1", "term": 1})
@@ -137,6 +134,16 @@ def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
     ok(st, {"op": "plan", "at": at, "fires": [["run", "j", fire, "n1", False]]})
     run_id = f"j@{fire}"
     raft = ApplyingRaft(st)
+    return at, st, run_id, raft
+
+
+def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
+    # Seen in the membership test on a loaded machine: a start of fence 440 was in
+    # flight when the run came back to this node as fence 508. Its refusal dropped the
+    # 508 claim (popped by run id), the 508 start then committed with no local record,
+    # and the run stayed started in the state, with no process, forever: a lost fire
+    # and a drain that never ended.
+    at, st, run_id, raft = _one_run_assigned_to_n1()
 
     async def main() -> None:
         pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
@@ -176,17 +183,7 @@ def test_an_older_attempts_cancel_spares_the_newer_and_a_replaced_attempt_is_sto
     # inside its grace; effects reach the worker after it reads the state). The cancel
     # popped the newer claim by run id, and the first attempt's process was left with
     # no record owning it: it ran on beside the newer attempt, never stopped.
-    at = now_ms()
-    st = ClusterState()
-    ok(st, {"op": "leader", "at": at, "node": "n1", "term": 1})
-    ok(st, {"op": "heartbeat", "at": at, "node": "n1", "boot": 1, "slots": 4, "queue": 0,
-            "tags": [], "api": ""})
-    ok(st, {"op": "put_job", "at": at - 60_000,
-            "spec": {"id": "j", "schedule": {"every": "1h"}, "command": ["true"]}})
-    fire = st.jobs["j"].next_ms
-    ok(st, {"op": "plan", "at": at, "fires": [["run", "j", fire, "n1", False]]})
-    run_id = f"j@{fire}"
-    raft = ApplyingRaft(st)
+    at, st, run_id, raft = _one_run_assigned_to_n1()
 
     async def main() -> None:
         pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
