@@ -22,6 +22,7 @@ from raftsched.core import jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded
 from raftsched.core.model import JobSpec
+from raftsched.core.specprep import ready_spec
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
@@ -187,7 +188,7 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
             jobs.apply_delete_job(st, DeleteJob(job=ch.job, at=at))
             results.append(["remove", ch.job, ch.version])
         elif ch.action != "unchanged" and ch.spec is not None:
-            reply = jobs.put_spec(st, ch.spec, None, at, cmd.v)
+            reply = jobs.put_spec(st, ready_spec(ch.spec), None, at, cmd.v)
             results.append([ch.action, ch.job, reply["version"]])
     return {"ok": True, "results": results, "unchanged": len(changes) - len(results)}
 

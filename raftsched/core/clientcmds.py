@@ -7,7 +7,7 @@ Part of the command vocabulary (:mod:`raftsched.core.commands` is its facade).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from raftsched.core.cmdbase import (
@@ -21,6 +21,7 @@ from raftsched.core.cmdbase import (
     str_field,
 )
 from raftsched.core.errors import InvalidArgument
+from raftsched.core.specprep import Checked, check_specs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,13 +33,19 @@ class PutJob(ClientCommand):
     max_jobs: int | None = None
     """The proposing node's job limit, or None for none."""
 
+    checked: tuple[Checked, ...] = field(default=(), compare=False, repr=False)
+    """``spec`` prepared by ``from_wire`` outside the state lock (not replicated;
+    empty: prepared in the apply)."""
+
     OP = "put_job"
     WIRE = ("spec", "max_jobs", "rid", "at")
     OMIT = {"max_jobs": None, "rid": None}
 
     @classmethod
     def from_wire(cls, cmd: dict[str, Any]) -> PutJob:
-        return cls(spec=cmd.get("spec"), max_jobs=opt_limit(cmd), **client_fields(cmd))
+        spec = cmd.get("spec")
+        return cls(spec=spec, max_jobs=opt_limit(cmd), checked=check_specs((spec,), cmd.get("at")),
+                   **client_fields(cmd))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +62,9 @@ class PutJobs(ClientCommand):
     """Declarations (every app instance declares its jobs at start): a spec equal to
     the stored one (``paused`` aside) makes no new version. (Command version 3: a node
     that would ignore the key stops instead of making versions the others do not.)"""
+    checked: tuple[Checked, ...] = field(default=(), compare=False, repr=False)
+    """``specs`` prepared by ``from_wire`` outside the state lock, one per spec (not
+    replicated; empty: prepared in the apply)."""
 
     OP = "put_jobs"
     WIRE = ("specs", "max_jobs", "atomic", "if_changed", "rid", "at")
@@ -66,6 +76,7 @@ class PutJobs(ClientCommand):
         if not isinstance(specs, list) or not 0 < len(specs) <= MAX_PUT_BATCH:
             raise InvalidArgument("specs", f"must be a list of 1..{MAX_PUT_BATCH} specs")
         return cls(specs=tuple(specs), max_jobs=opt_limit(cmd),
+                   checked=check_specs(specs, cmd.get("at")),
                    atomic=bool_field(cmd, "atomic", False),
                    if_changed=bool_field(cmd, "if_changed", False), **client_fields(cmd))
 

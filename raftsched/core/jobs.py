@@ -8,7 +8,7 @@ turns that into the reply), so a refused command must change nothing before it r
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import claims
@@ -27,32 +27,21 @@ from raftsched.core.effects import JobPaused, JobPut, JobRemoved, JobResumed
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError, UnknownJob
 from raftsched.core.model import JobSpec, MissReason, Overlap, RunState, run_id_of
 from raftsched.core.records import JobRecord
+from raftsched.core.specprep import CheckedSpec, checked_spec
 from raftsched.core.trigger import AtSchedule, latest_fire_at_or_before, next_fire
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
 
-#: The JobSpec fields that ``_interned`` shares between jobs (all hashable, immutable).
-_SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "retries",
-                       "tags")
-_SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name in _SHARED_SPEC_FIELDS}
-
-
 def apply_put_job(st: ClusterState, cmd: PutJob) -> dict[str, Any]:
-    return _put_one(st, cmd.spec, cmd.max_jobs, cmd.at, cmd.v)
+    return put_spec(st, checked_spec(cmd.spec, cmd.checked, 0), cmd.max_jobs, cmd.at, cmd.v)
 
 
-def _put_one(st: ClusterState, raw: Any, max_jobs: int | None, at: int, v: int,
-             if_changed: bool = False) -> dict[str, Any]:
-    return put_spec(st, JobSpec.from_spec(raw, allowed_call_prefixes=None), max_jobs, at,
-                          v, if_changed)
-
-
-def put_spec(st: ClusterState, spec: JobSpec, max_jobs: int | None, at: int,
-              v: int, if_changed: bool = False) -> dict[str, Any]:
-    """Put an already validated spec (``apply`` validated it while planning);
-    ``if_changed``: a spec equal to the stored one (paused aside) is no new version."""
-    spec = _interned(st, spec)
+def put_spec(st: ClusterState, ready: CheckedSpec, max_jobs: int | None, at: int,
+             v: int, if_changed: bool = False) -> dict[str, Any]:
+    """Put a prepared spec (see :mod:`~raftsched.core.specprep`); ``if_changed``: a
+    spec equal to the stored one (paused aside) is no new version."""
+    spec = ready.spec
     rec = st.jobs.get(spec.id)
     late_at = late_one_shot(spec, rec, at, v)
     if rec is None:
@@ -82,7 +71,7 @@ def put_spec(st: ClusterState, spec: JobSpec, max_jobs: int | None, at: int,
     if late_at is not None:
         # An `at` up to its grace in the past fires now, late, as any late run does.
         rec.hwm_ms = late_at - 1
-    st.set_next(rec, next_fire(spec.schedule, rec.hwm_ms))
+    st.set_next(rec, ready.next_after(rec.hwm_ms))
     st.effects.append(JobPut(spec.id, rec.version, created))
     return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
 
@@ -91,11 +80,12 @@ def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
     """Bulk import: each spec is put on its own (one bad spec refuses only itself),
     or with ``atomic`` all of them or none (a job file is one change)."""
     if cmd.atomic:
-        _check_all(st, cmd.specs, cmd.max_jobs, cmd.at, cmd.v)
+        _check_all(st, cmd, cmd.max_jobs, cmd.at, cmd.v)
     results: list[dict[str, Any]] = []
-    for spec in cmd.specs:
+    for i, raw in enumerate(cmd.specs):
         try:
-            reply = _put_one(st, spec, cmd.max_jobs, cmd.at, cmd.v, cmd.if_changed)
+            reply = put_spec(st, checked_spec(raw, cmd.checked, i), cmd.max_jobs, cmd.at,
+                             cmd.v, cmd.if_changed)
             results.append({"ok": True, "job": reply["job"], "version": reply["version"],
                             "created": reply["created"],
                             "changed": reply.get("changed", True)})
@@ -104,16 +94,16 @@ def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
     return {"ok": True, "results": results}
 
 
-def _check_all(st: ClusterState, specs: tuple[Any, ...], max_jobs: int | None, at: int,
+def _check_all(st: ClusterState, cmd: PutJobs, max_jobs: int | None, at: int,
                v: int) -> None:
     """Raise (changing nothing) unless every spec of an atomic put would be accepted:
     each valid, no id twice, and the new ones within ``max_jobs``. What ``put_spec``
     can refuse is exactly this, so after it the puts cannot fail half-way."""
     seen: set[str] = set()
     new = 0
-    for i, raw in enumerate(specs):
+    for i, raw in enumerate(cmd.specs):
         try:
-            spec = JobSpec.from_spec(raw, allowed_call_prefixes=None)
+            spec = checked_spec(raw, cmd.checked, i).spec
         except InvalidSpec as exc:
             raise InvalidSpec(f"specs[{i}].{exc.field}",
                               exc.message.partition(": ")[2]) from None
@@ -129,30 +119,6 @@ def _check_all(st: ClusterState, specs: tuple[Any, ...], max_jobs: int | None, a
     if max_jobs is not None and new and len(st.jobs) + new > max_jobs:
         raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs; "
                                         f"{new} more would exceed {max_jobs}")
-
-
-def _interned(st: ClusterState, spec: JobSpec) -> JobSpec:
-    """Share equal sub-values between jobs: a decoded command holds a fresh copy of
-    each (the call string alone is 64 bytes), so a million jobs made from one
-    template would hold a million copies. Everything shared here is immutable (or,
-    for ``env``, never mutated). Keys are tagged so that values of different
-    fields never meet in the cache (a command ``("call", "x")`` is not a call)."""
-    cache = st._intern
-    if len(cache) > 100_000:
-        cache.clear()
-    changed: dict[str, Any] = {}
-    for name in _SHARED_SPEC_FIELDS:
-        value = getattr(spec, name)
-        if value is None or value is _SPEC_DEFAULTS[name]:
-            continue  # already shared (the default objects, (), None)
-        found = cache.setdefault((name, value), value)
-        if found is not value:
-            changed[name] = found
-    if spec.env:
-        env = cache.setdefault(("env", tuple(spec.env.items())), spec.env)
-        if env is not spec.env:
-            changed["env"] = env
-    return replace(spec, **changed) if changed else spec
 
 
 def apply_delete_job(st: ClusterState, cmd: DeleteJob) -> dict[str, Any]:

@@ -81,7 +81,6 @@ class ClusterState:
         # Derived index (rebuilt on restore, never snapshotted).
         self.due: list[tuple[int, str]] = []
         self.effects: list[Effect] = []
-        self._intern: dict[Any, Any] = {}
 
     # The run table's parts, for readers (views, the planner, snapshots, tests).
 

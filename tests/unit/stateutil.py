@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftsched.core.codec import encode_state
 from raftsched.core.state import ClusterState
+
+
+def state_bytes(st: ClusterState) -> bytes:
+    """The state's snapshot bytes, without the applied-command counter (which every
+    command, also a refused one, advances)."""
+    applied, st.applied = st.applied, 0
+    try:
+        return encode_state(st)
+    finally:
+        st.applied = applied
 
 
 def hist(st: ClusterState, job: str) -> list[Any]:

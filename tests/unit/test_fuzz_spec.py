@@ -26,7 +26,7 @@ from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal
+from tests.unit.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -285,14 +285,6 @@ def _valid_commands() -> dict[str, dict[str, Any]]:
 _OPS = sorted(_valid_commands())
 
 
-def _norm(s: ClusterState) -> bytes:
-    applied = s.applied
-    s.applied = 0
-    try:
-        return encode_state(s)
-    finally:
-        s.applied = applied
-
 
 def _loggable(cmd: Any) -> bool:
     """Could this command have come out of the replicated log (msgpack-encodable)?"""
@@ -305,14 +297,14 @@ def _loggable(cmd: Any) -> bool:
 
 def _check_apply(cmd: Any) -> dict[str, Any]:
     s = decode_state(_BASE)
-    before = _norm(s)
+    before = state_bytes(s)
     reply = s.apply(cmd)
     assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool), reply
     if not reply["ok"]:
         err = reply.get("error")
         assert isinstance(err, dict) and isinstance(err.get("code"), str), reply
         forget_refusal(s, cmd, reply)
-        assert _norm(s) == before, f"a rejected command changed the state: {cmd!r:.300}"
+        assert state_bytes(s) == before, f"a rejected command changed the state: {cmd!r:.300}"
     elif _loggable(cmd):
         blob = encode_state(s)
         assert encode_state(decode_state(blob)) == blob, "snapshot does not round-trip"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.core.codec import encode_state
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal, ok
+from tests.unit.stateutil import forget_refusal, ok, state_bytes
 
 S = 1000
 T0 = 20_000 * 86_400 * S
@@ -16,13 +15,6 @@ T0 = 20_000 * 86_400 * S
 def _spec(job: str, **over: Any) -> dict[str, Any]:
     return dict({"id": job, "schedule": {"every": "1m"}, "command": ["true"]}, **over)
 
-
-def _norm(st: ClusterState) -> bytes:
-    applied, st.applied = st.applied, 0
-    try:
-        return encode_state(st)
-    finally:
-        st.applied = applied
 
 
 def _state() -> ClusterState:
@@ -34,7 +26,7 @@ def _state() -> ClusterState:
 
 def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None:
     st = _state()
-    before = _norm(st)
+    before = state_bytes(st)
     reply = st.apply({"op": "put_jobs", "at": T0 + S, "atomic": True, "rid": "file-1",
                       "specs": [_spec("m5"), _spec("m1", timeout="5m"),
                                 _spec("m6", schedule={"cron": "61 * * * *"})]})
@@ -43,7 +35,7 @@ def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None
     assert reply["error"]["message"].startswith("specs[2].schedule"), reply
     remembered = dict(st.dedupe)
     forget_refusal(st, {"rid": "file-1"}, reply)
-    assert _norm(st) == before
+    assert state_bytes(st) == before
     st.dedupe.update(remembered)
     assert st.take_effects() == []
     assert "m5" not in st.jobs and st.jobs["m1"].version == 1
@@ -60,14 +52,14 @@ def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None
 
 def test_atomic_put_refuses_an_id_twice_and_going_over_max_jobs() -> None:
     st = _state()
-    before = _norm(st)
+    before = state_bytes(st)
     reply = st.apply({"op": "put_jobs", "at": T0, "atomic": True,
                       "specs": [_spec("a"), _spec("a")]})
     assert not reply["ok"] and reply["error"]["message"].startswith("specs[1].id"), reply
     reply = st.apply({"op": "put_jobs", "at": T0, "atomic": True, "max_jobs": 2,
                       "specs": [_spec("a"), _spec("b"), _spec("m1")]})
     assert not reply["ok"] and reply["error"]["code"] == "limit_exceeded", reply
-    assert _norm(st) == before
+    assert state_bytes(st) == before
     # Updating existing jobs needs no room.
     ok(st, {"op": "put_jobs", "at": T0, "atomic": True, "max_jobs": 1, "specs": [_spec("m1")]})
 
@@ -81,7 +73,7 @@ def test_non_atomic_bulk_put_still_refuses_only_the_bad_spec() -> None:
 
 def test_atomic_flag_must_be_a_boolean() -> None:
     st = _state()
-    before = _norm(st)
+    before = state_bytes(st)
     reply = st.apply({"op": "put_jobs", "at": T0, "atomic": "yes", "specs": [_spec("x")]})
     assert not reply["ok"] and reply["error"]["message"].startswith("atomic")
-    assert _norm(st) == before
+    assert state_bytes(st) == before

@@ -24,7 +24,7 @@ from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAs
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.model import job_of_run
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal
+from tests.unit.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,14 +48,6 @@ GARBAGE: list[Any] = [
 ]
 
 
-def _norm(st: ClusterState) -> bytes:
-    applied = st.applied
-    st.applied = 0
-    try:
-        return encode_state(st)
-    finally:
-        st.applied = applied
-
 
 class SchedulerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
@@ -76,7 +68,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     def apply(self, cmd: Any) -> dict[str, Any]:
         st = self.st
         st.take_effects()
-        before = _norm(st)
+        before = state_bytes(st)
         history_ids = {j: {h.run_id for h in hist} for j, hist in st.history.items()}
         live_ids = set(st.runs)
         reply = st.apply(cmd)
@@ -87,7 +79,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert reply["error"]["code"] != "internal", (cmd, reply)
             remembered = dict(st.dedupe)
             forget_refusal(st, cmd, reply)
-            assert _norm(st) == before, cmd
+            assert state_bytes(st) == before, cmd
             st.dedupe.clear()
             st.dedupe.update(remembered)
             assert all(isinstance(e, (ClaimRefused, PlanRejected)) for e in st.effects)
@@ -227,9 +219,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         ctx = LeaderContext(node_id=s.leader["node"] or "n1", term=term, now_ms=self.now,
                             lookahead_ms=lookahead, since_ms=s.leader["since_ms"],
                             boot_ms=T0, live=tuple(live))
-        before = _norm(s)
+        before = state_bytes(s)
         cmd = plan(s, ctx)
-        assert _norm(s) == before, "plan() must not mutate the state"
+        assert state_bytes(s) == before, "plan() must not mutate the state"
         if cmd is None:
             return
         reply = self.apply(cmd)

@@ -1,0 +1,112 @@
+"""Issue 13 item 1: a put's specs are read before the state lock is taken.
+
+``from_wire`` (run by the replica outside the lock, alike on every replica) prepares
+each spec; the apply only checks it against the state and stores it. These tests pin
+that the apply reads no spec and finds no fire time under the lock, and that a put
+prepared this way leaves the very state (bytes) and reply a put prepared in the apply
+leaves, whatever the batch holds: copies of one template, near-copies that differ in a
+value's type, bad ids, invalid specs, existing jobs, a late ``at``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from raftsched.core import jobs, model, specprep, trigger
+from raftsched.core.commands import from_wire
+from raftsched.core.state import ClusterState
+from tests.unit.stateutil import ok, state_bytes
+
+S = 1000
+T0 = 20_000 * 86_400 * S
+
+
+
+def _base() -> ClusterState:
+    st = ClusterState()
+    ok(st, {"op": "put_job", "at": T0 - 60 * S,
+            "spec": {"id": "old", "schedule": {"cron": "*/5 * * * *"}, "command": ["true"]}})
+    st.take_effects()
+    return st
+
+
+def _template(i: int) -> dict[str, Any]:
+    zones = ("UTC", "Europe/Berlin", "Asia/Kathmandu")
+    crons = ("* * * * *", "*/10 * * * * *", "30 2 * * *")
+    return {"id": f"j{i:04d}", "schedule": {"cron": crons[i % 3], "tz": zones[i % 5 % 3]},
+            "call": "bench.noop:stamp", "misfire": {"policy": "skip", "grace": "60s"}}
+
+
+def test_the_apply_of_a_decoded_bulk_put_reads_no_spec_and_finds_no_fire_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    st = _base()
+    wire = {"op": "put_jobs", "at": T0, "atomic": True,
+            "specs": [_template(i) for i in range(1000)]}
+    parsed = from_wire(wire)  # what the replica does before it takes the lock
+
+    def forbidden(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("called under the state lock")
+    monkeypatch.setattr(model.JobSpec, "from_spec", classmethod(forbidden))
+    for module in (jobs, specprep, trigger):
+        if hasattr(module, "next_fire"):
+            monkeypatch.setattr(module, "next_fire", forbidden)
+    reply = st.apply(wire, 1, parsed=parsed)
+    assert reply["ok"] and len(reply["results"]) == 1000, reply
+    assert st.jobs["j0001"].next_ms is not None
+    assert st.jobs["j0001"].spec.schedule is st.jobs["j0004"].spec.schedule  # shared
+
+
+_VALUES = hs.sampled_from([60, 60.0, True, "60s", "1m", None, [], {}, "x", -1])
+
+
+@hs.composite
+def _batches(draw: Any) -> list[Any]:
+    base = [_template(i) for i in range(3)] + [
+        {"id": "old", "schedule": {"every": "1m"}, "command": ["true"]},
+        {"id": "at1", "schedule": {"at": T0 - 20 * S}, "command": ["true"]},
+        {"id": "at2", "schedule": {"at": T0 + 20 * S}, "command": ["true"]},
+    ]
+    out: list[Any] = []
+    for _ in range(draw(hs.integers(1, 12))):
+        spec = dict(draw(hs.sampled_from(base)))
+        spec["id"] = draw(hs.sampled_from(["a", "b", "c", "old", "at1", "bad id", 7, "c"]))
+        if draw(hs.booleans()):
+            spec[draw(hs.sampled_from(["timeout", "jitter", "paused", "tags", "overlap",
+                                       "retries", "cron"]))] = draw(_VALUES)
+        if draw(hs.integers(0, 9)) == 0:
+            spec = draw(hs.sampled_from([None, [], "spec", {"id": "x"}]))
+        out.append(spec)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(specs=_batches(), atomic=hs.booleans(), single=hs.booleans())
+def test_a_put_prepared_outside_the_lock_leaves_the_same_state_and_reply(
+        specs: list[Any], atomic: bool, single: bool) -> None:
+    wire: dict[str, Any] = (
+        {"op": "put_job", "at": T0, "spec": specs[0]} if single
+        else {"op": "put_jobs", "at": T0, "atomic": atomic, "specs": specs})
+    outside, inside = _base(), _base()
+    parsed = from_wire(wire)
+    assert parsed.checked  # type: ignore[union-attr]
+    r1 = outside.apply(wire, 1, parsed=parsed)
+    r2 = inside.apply(wire, 1, parsed=replace(parsed, checked=()))  # type: ignore[type-var]
+    assert r1 == r2
+    assert state_bytes(outside) == state_bytes(inside)
+    assert outside.take_effects() == inside.take_effects()
+
+
+def test_copies_of_a_template_that_differ_in_a_value_s_type_are_each_read() -> None:
+    base = _template(0)
+    specs = [base, dict(base, id="b", timeout=60), dict(base, id="c", timeout=60.0),
+             dict(base, id="d", paused=1), dict(base, id="e", paused=True)]
+    checked = specprep.check_specs(specs, T0)
+    assert [type(c).__name__ for c in checked] == [
+        "CheckedSpec", "CheckedSpec", "InvalidSpec", "InvalidSpec", "CheckedSpec"]
+    assert checked[1].spec.timeout_ms == 60_000  # type: ignore[union-attr]
+    assert checked[4].spec.paused is True  # type: ignore[union-attr]
