@@ -2,7 +2,9 @@
 
 ``python -m bench.lockwork``: 10,000 W5 cron jobs put in 1,000-spec commands (as W5
 puts them; ``from_wire``, which prepares the specs, is timed on its own as ``put-prep``:
-the replica runs it on the Raft thread but outside the lock), then 180
+the replica runs it on the Raft thread but outside the lock), the same jobs updated by
+``apply`` commands of 1,000 specs (``raftsched apply`` of a changed job file; its
+``from_wire`` and ``ClusterState.prepare`` are ``apply-prep``), then 180
 seconds of the leader's bounded plans (with six plans' jobs left out of each copy, as
 in flight), each node's start and finish commands of the sizes the worker sends. Each
 state access a node makes under the lock (the copy, the applies) is timed twice: wall
@@ -37,6 +39,14 @@ def _ok(st: ClusterState, cmd: Any) -> None:
     st.take_effects()
 
 
+def _prepared(st: ClusterState, wire: dict[str, Any]) -> Any:
+    """What the replica does before it takes the lock (``prepare``: since 2026-12-02)."""
+    cmd = from_wire(wire)
+    if hasattr(st, "prepare"):
+        st.prepare(cmd)
+    return cmd
+
+
 def _timed(out: list[tuple[float, float]], fn: Any, *args: Any) -> Any:
     a, c = time.perf_counter(), time.thread_time()
     value = fn(*args)
@@ -52,12 +62,20 @@ def run(jobs: int = 10_000, seconds: int = 180) -> dict[str, list[tuple[float, f
         _ok(st, {"op": "heartbeat", "at": t0, "node": n, "boot": 1, "slots": 1024,
                  "queue": 4096, "tags": [], "api": ""})
     specs = [raftsched_spec(i, "bench.noop:stamp") for i in range(jobs)]
-    out: dict[str, list[tuple[float, float]]] = {"put-prep": [], "put": [], "copy": [],
-                                                 "plan": [], "start": [], "finish": []}
+    out: dict[str, list[tuple[float, float]]] = {
+        "put-prep": [], "put": [], "apply-prep": [], "apply": [], "copy": [], "plan": [],
+        "start": [], "finish": []}
     for k in range(0, jobs, PUT_BATCH):
         wire = {"op": "put_jobs", "at": t0, "specs": specs[k:k + PUT_BATCH]}
         put = _timed(out["put-prep"], from_wire, wire)
         _timed(out["put"], lambda: st.apply(wire, 1, parsed=put))
+        st.take_effects()
+    # `raftsched apply` of a changed job file: every job of a batch updated.
+    for k in range(0, jobs, PUT_BATCH):
+        wire = {"op": "apply", "at": t0, "specs": [dict(s, timeout="10m")
+                                                   for s in specs[k:k + PUT_BATCH]]}
+        put = _timed(out["apply-prep"], _prepared, st, wire)
+        _timed(out["apply"], lambda: st.apply(wire, 1, parsed=put))
         st.take_effects()
     flying = frozenset(f"w5-{i:05d}" for i in range(0, MAX_PLANS_IN_FLIGHT
                                                     * MAX_JOBS_PER_PLAN * 5, 5))
@@ -99,7 +117,7 @@ def report(out: dict[str, list[tuple[float, float]]]) -> str:
 
         def q(v: list[float], p: float) -> float:
             return v[min(len(v) - 1, int(len(v) * p))]
-        lines.append(f"{name:7} n={len(xs):5}  wall p50 {q(wall, .5):5.2f} p99 {q(wall, .99):6.2f}"
+        lines.append(f"{name:10} n={len(xs):5}  wall p50 {q(wall, .5):5.2f} p99 {q(wall, .99):6.2f}"
                      f" max {wall[-1]:6.2f} | cpu p50 {q(cpu, .5):5.2f} p99 {q(cpu, .99):5.2f}"
                      f" max {cpu[-1]:5.2f} ms | wall > 20 ms: {sum(1 for v in wall if v > 20)}")
     return "\n".join(lines)

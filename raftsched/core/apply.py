@@ -22,13 +22,11 @@ from raftsched.core import jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded
 from raftsched.core.model import JobSpec
-from raftsched.core.specprep import ready_spec
+from raftsched.core.specprep import KEEP, Checked, CheckedSpec, is_keep, ready_spec
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
 
-#: The env value that keeps the cluster's current value (TOML ``{ keep = true }``).
-KEEP = {"keep": True}
 #: Jobs an apply may remove (``prune``) in one command: a bounded apply time.
 MAX_REMOVALS = 1000
 
@@ -50,10 +48,6 @@ class Change:
     spec: JobSpec | None
     fields: tuple[str, ...] = ()
     version: int = 0
-
-
-def is_keep(value: Any) -> bool:
-    return isinstance(value, dict) and value == KEEP
 
 
 def resolve_keep(raw: Any, current: JobSpec | None, where: str) -> Any:
@@ -96,7 +90,8 @@ def changed_fields(old: JobSpec, new: JobSpec) -> tuple[str, ...]:
 
 def plan_apply(specs: list[Any], current: Mapping[str, tuple[JobSpec, int]], *,
                all_ids: Iterable[str], prune: bool,
-               allowed_call_prefixes: tuple[str, ...] | None = None) -> list[Change]:
+               allowed_call_prefixes: tuple[str, ...] | None = None,
+               checked: tuple[Checked, ...] = ()) -> list[Change]:
     """The changes that make the jobs equal ``specs`` (validated whole; raises
     :class:`InvalidSpec` naming ``specs[i].field`` on the first problem, changing nothing).
 
@@ -104,16 +99,21 @@ def plan_apply(specs: list[Any], current: Mapping[str, tuple[JobSpec, int]], *,
     ``all_ids`` is every job id, for ``prune``. ``allowed_call_prefixes`` is None when the
     specs were already validated where they entered (the state machine's replay).
     ``paused`` is taken from a file only when it creates the job: an update keeps the
-    job's paused state (``job pause``/``resume`` have their own accounting)."""
+    job's paused state (``job pause``/``resume`` have their own accounting).
+    ``checked``: the specs as the command's ``from_wire`` prepared them (replay only)."""
     changes: list[Change] = []
     seen: set[str] = set()
     for i, raw in enumerate(specs):
         where = f"specs[{i}]."
         job_id = raw.get("id") if isinstance(raw, dict) else None
         have = current.get(job_id) if isinstance(job_id, str) else None
+        ready = checked[i] if checked else None
         try:
-            spec = JobSpec.from_spec(resolve_keep(raw, have[0] if have else None, ""),
-                                     allowed_call_prefixes=allowed_call_prefixes)
+            if isinstance(ready, InvalidSpec):
+                raise ready
+            spec = ready.spec if isinstance(ready, CheckedSpec) else JobSpec.from_spec(
+                resolve_keep(raw, have[0] if have else None, ""),
+                allowed_call_prefixes=allowed_call_prefixes)
         except InvalidSpec as exc:
             raise InvalidSpec(where + exc.field, exc.message.partition(": ")[2]) from None
         if spec.id in seen:
@@ -137,6 +137,43 @@ def plan_apply(specs: list[Any], current: Mapping[str, tuple[JobSpec, int]], *,
             changes.append(Change(action="remove", job=job_id, spec=None,
                                   version=have[1] if have else 0))
     return changes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prepared:
+    """An apply's changes, worked out from the state it will be applied to."""
+
+    changes: list[Change]
+    """What the command does to each job (``plan_apply``)."""
+    specs: dict[str, CheckedSpec]
+    """Job id -> the spec to put, with its next fire time after the mark the job is
+    expected to have (a job whose mark turns out otherwise finds its own)."""
+
+
+def prepare_apply(st: ClusterState, cmd: ApplyJobs) -> Prepared:
+    """The pure part of an apply: validating, diffing and finding fire times (raises
+    :class:`InvalidSpec` as the apply would). ``ClusterState.prepare`` runs it before
+    the state lock is taken, where it costs the lock's other users nothing."""
+    changes = plan_apply(list(cmd.specs), _Current(st), all_ids=st.jobs, prune=cmd.prune,
+                         checked=cmd.checked)
+    firsts = {c.spec.id: c for c in cmd.checked if isinstance(c, CheckedSpec)}
+    specs: dict[str, CheckedSpec] = {}
+    for ch in changes:
+        if ch.action in ("remove", "unchanged") or ch.spec is None:
+            continue
+        rec = st.jobs.get(ch.job)
+        # put_spec's mark: a new job's and a new schedule's accounting starts at `at`.
+        mark = cmd.at if rec is None else (max(rec.hwm_ms, cmd.at)
+                                           if ch.spec.schedule != rec.spec.schedule
+                                           else rec.hwm_ms)
+        first = firsts.get(ch.job)
+        if first is not None and first.after_ms == mark:
+            nxt = first.next_ms  # found by from_wire (plan_apply replaces only `paused`)
+        else:
+            nxt = CheckedSpec(spec=ch.spec, after_ms=None, next_ms=None).next_after(mark)
+        spec = ch.spec if first is not None else ready_spec(ch.spec).spec
+        specs[ch.job] = CheckedSpec(spec=spec, after_ms=mark, next_ms=nxt)
+    return Prepared(changes=changes, specs=specs)
 
 
 class _Current(Mapping[str, tuple[JobSpec, int]]):
@@ -167,7 +204,10 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     Reply: ``results`` ``[[action, job, version]]`` for what changed, ``unchanged`` (a
     count)."""
     at, expect = cmd.at, cmd.expect
-    changes = plan_apply(list(cmd.specs), _Current(st), all_ids=st.jobs, prune=cmd.prune)
+    ready = st.take_prepared(cmd)
+    if not isinstance(ready, Prepared):
+        ready = prepare_apply(st, cmd)
+    changes = ready.changes
     if expect is not None:
         for ch in changes:
             if expect.get(ch.job, 0) != ch.version:
@@ -188,10 +228,10 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
             jobs.apply_delete_job(st, DeleteJob(job=ch.job, at=at))
             results.append(["remove", ch.job, ch.version])
         elif ch.action != "unchanged" and ch.spec is not None:
-            reply = jobs.put_spec(st, ready_spec(ch.spec), None, at, cmd.v)
+            reply = jobs.put_spec(st, ready.specs[ch.job], None, at, cmd.v)
             results.append([ch.action, ch.job, reply["version"]])
     return {"ok": True, "results": results, "unchanged": len(changes) - len(results)}
 
 
-__all__ = ["apply_apply", "KEEP", "MAX_REMOVALS", "Change", "changed_fields", "is_keep",
-           "plan_apply", "resolve_keep"]
+__all__ = ["apply_apply", "KEEP", "MAX_REMOVALS", "Change", "Prepared", "changed_fields",
+           "is_keep", "plan_apply", "prepare_apply", "resolve_keep"]

@@ -21,7 +21,7 @@ from raftsched.core.cmdbase import (
     str_field,
 )
 from raftsched.core.errors import InvalidArgument
-from raftsched.core.specprep import Checked, check_specs
+from raftsched.core.specprep import Checked, check_specs, keeps_env
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +95,11 @@ class ApplyJobs(ClientCommand):
     """Job id -> the version the reviewed diff saw (0: absent); a job changed since
     refuses the whole apply. None: no check."""
 
+    checked: tuple[Checked, ...] = field(default=(), compare=False, repr=False)
+    """``specs`` prepared by ``from_wire`` outside the state lock, one per spec, None for
+    one with a ``{keep = true}`` env value (resolved against the state in the apply)
+    (not replicated; empty: prepared in the apply)."""
+
     OP = "apply"
     WIRE = ("specs", "prune", "max_jobs", "expect", "rid", "at")
     OMIT = {"max_jobs": None, "expect": None, "rid": None}
@@ -109,6 +114,7 @@ class ApplyJobs(ClientCommand):
         if expect is not None and not isinstance(expect, dict):
             raise InvalidArgument("expect", "must be a map of job id to version")
         return cls(specs=tuple(specs), prune=prune, max_jobs=opt_limit(cmd), expect=expect,
+                   checked=check_specs(specs, cmd.get("at"), skip=keeps_env),
                    **client_fields(cmd))
 
 

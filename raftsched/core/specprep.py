@@ -11,12 +11,16 @@ apply, with the same result.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JOB_ID_RE, JobSpec
 from raftsched.core.trigger import Schedule, next_fire
+
+#: The env value that keeps the cluster's current value (TOML ``{ keep = true }``).
+KEEP = {"keep": True}
 
 #: The JobSpec fields that ``intern_spec`` shares between jobs (all hashable, immutable).
 _SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "retries",
@@ -50,8 +54,10 @@ class CheckedSpec:
 Checked = CheckedSpec | InvalidSpec | None
 
 
-def check_specs(specs: tuple[Any, ...] | list[Any], at: Any) -> tuple[Checked, ...]:
-    """Each spec prepared as the apply would, or the refusal it would get.
+def check_specs(specs: tuple[Any, ...] | list[Any], at: Any,
+                skip: Callable[[Any], bool] | None = None) -> tuple[Checked, ...]:
+    """Each spec prepared as the apply would, or the refusal it would get; None for a
+    spec that ``skip`` names (one whose reading depends on the state).
 
     A bulk put is mostly copies of a few templates that differ in ``id`` alone: a spec
     equal to an earlier valid one of the batch but for its id is that one with the new
@@ -62,6 +68,9 @@ def check_specs(specs: tuple[Any, ...] | list[Any], at: Any) -> tuple[Checked, .
     firsts: dict[Schedule, int | None] = {}
     out: list[Checked] = []
     for raw in specs:
+        if skip is not None and skip(raw):
+            out.append(None)
+            continue
         try:
             key = _template_key(raw)
             known = templates.get(key) if key is not None else None
@@ -113,6 +122,16 @@ def prepare(raw: Any, after: int | None) -> CheckedSpec:
     spec = intern_spec(JobSpec.from_spec(raw, allowed_call_prefixes=None))
     return CheckedSpec(spec=spec, after_ms=after,
                        next_ms=None if after is None else next_fire(spec.schedule, after))
+
+
+def is_keep(value: Any) -> bool:
+    return isinstance(value, dict) and value == KEEP
+
+
+def keeps_env(raw: Any) -> bool:
+    """Whether ``raw`` has a ``{keep = true}`` env value (``raftsched apply``)."""
+    env = raw.get("env") if isinstance(raw, dict) else None
+    return isinstance(env, dict) and any(is_keep(v) for v in env.values())
 
 
 def ready_spec(spec: JobSpec) -> CheckedSpec:

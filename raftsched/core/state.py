@@ -36,6 +36,7 @@ from raftsched.core.cmdbase import REFUSAL_REMEMBERED_VERSION
 from raftsched.core.commands import (
     MAX_AT_MS,
     MAX_PUT_BATCH,
+    ApplyJobs,
     Command,
     command_class,
 )
@@ -81,6 +82,8 @@ class ClusterState:
         # Derived index (rebuilt on restore, never snapshotted).
         self.due: list[tuple[int, str]] = []
         self.effects: list[Effect] = []
+        #: (commands applied, the command, its prepared work): see ``prepare``.
+        self._prepared: tuple[int, Command, Any] | None = None
 
     # The run table's parts, for readers (views, the planner, snapshots, tests).
 
@@ -166,6 +169,27 @@ class ClusterState:
         except Exception as exc:  # noqa: BLE001 - apply must never raise (pysyncobj wedges)
             return {"ok": False, "error": {"code": "internal",
                                            "message": f"{type(exc).__name__}: {exc}"[:300]}}
+
+    def prepare(self, cmd: Command | RaftschedError | None) -> None:
+        """Do the pure part of ``cmd``'s apply now, before the state lock is taken: the
+        replica calls this on the thread that then applies ``cmd``, the only thread that
+        changes the state, so the state read here is the one the apply sees (the apply
+        checks that no command came between). Today: a ``raftsched apply``'s diff of up
+        to 1,000 jobs (~70 ms). Never raises: the apply then does the work itself."""
+        self._prepared = None
+        if isinstance(cmd, ApplyJobs):
+            try:
+                self._prepared = (self.applied, cmd, declarative.prepare_apply(self, cmd))
+            except Exception:  # noqa: BLE001 - the apply refuses it with the same error
+                pass
+
+    def take_prepared(self, cmd: Command) -> Any:
+        """What ``prepare`` made for ``cmd``, if ``cmd`` is the command being applied and
+        nothing was applied in between; else None."""
+        found, self._prepared = self._prepared, None
+        if found is not None and found[1] is cmd and found[0] == self.applied - 1:
+            return found[2]
+        return None
 
     def _remember(self, rid: str, reply: dict[str, Any]) -> None:
         self.dedupe[rid] = reply

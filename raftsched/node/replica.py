@@ -93,6 +93,9 @@ class Replica:
                 parsed = exc
             except Exception:  # noqa: BLE001 - apply reads it again and answers for it
                 parsed = None
+        if isinstance(parsed, Command):
+            # Also outside the lock: this thread alone changes the state (see prepare).
+            self._state.prepare(parsed)
         entry_term = self.sync.applying_term()
         with self._lock:
             if cmd is None:
