@@ -1,7 +1,9 @@
 """The work done under the Raft lock in W5's shape, in one process (issue 13 item 1).
 
-``python -m bench.lockwork``: 10,000 W5 cron jobs put in 1,000-spec commands (as W5
-puts them; ``from_wire``, which prepares the specs, is timed on its own as ``put-prep``:
+``python -m bench.lockwork``: 10,000 W5 cron jobs put in atomic 1,000-spec commands (a
+job file is one command whatever its size; the API cuts other bulk puts into commands
+of 25, ``raftsched.node.jobops.PUT_CHUNK``; ``from_wire``, which prepares the specs, is
+timed on its own as ``put-prep``:
 the replica runs it on the Raft thread but outside the lock), the same jobs updated by
 ``apply`` commands of 1,000 specs (``raftsched apply`` of a changed job file; its
 ``from_wire`` and ``ClusterState.prepare`` are ``apply-prep``), then 180
@@ -29,7 +31,7 @@ from raftsched.node.plans import MAX_PLANS_IN_FLIGHT
 from raftsched.node.worker import MAX_FINISH_BATCH, MAX_START_BATCH
 
 S = 1000
-#: Specs per put command: W5's batch (``bench.w5``), the most one command takes.
+#: Specs per put command: the most one command takes (an atomic put, an apply).
 PUT_BATCH = 1000
 
 
@@ -66,7 +68,7 @@ def run(jobs: int = 10_000, seconds: int = 180) -> dict[str, list[tuple[float, f
         "put-prep": [], "put": [], "apply-prep": [], "apply": [], "copy": [], "plan": [],
         "start": [], "finish": []}
     for k in range(0, jobs, PUT_BATCH):
-        wire = {"op": "put_jobs", "at": t0, "specs": specs[k:k + PUT_BATCH]}
+        wire = {"op": "put_jobs", "at": t0, "atomic": True, "specs": specs[k:k + PUT_BATCH]}
         put = _timed(out["put-prep"], from_wire, wire)
         _timed(out["put"], lambda: st.apply(wire, 1, parsed=put))
         st.take_effects()
