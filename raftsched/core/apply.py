@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftsched.core import jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
-from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded
+from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError
 from raftsched.core.model import JobSpec
 from raftsched.core.specprep import KEEP, Checked, CheckedSpec, is_keep, ready_spec
 
@@ -205,6 +205,8 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     count)."""
     at, expect = cmd.at, cmd.expect
     ready = st.take_prepared(cmd)
+    if isinstance(ready, RaftschedError):
+        raise ready.with_traceback(None)
     if not isinstance(ready, Prepared):
         ready = prepare_apply(st, cmd)
     changes = ready.changes

@@ -27,6 +27,8 @@ _SHARED_SPEC_FIELDS = ("schedule", "command", "call", "timeout_ms", "misfire", "
                        "tags")
 _SPEC_DEFAULTS = {f.name: f.default for f in fields(JobSpec) if f.name in _SHARED_SPEC_FIELDS}
 #: Values shared between jobs, keyed by (field, value); cleared when it grows past this.
+#: It lives as long as the process (``from_wire`` has no state to keep it in), so it may
+#: hold a removed job's values (its env too) until it is cleared; the state held them.
 _CACHE_MAX = 100_000
 _cache: dict[Any, Any] = {}
 
@@ -146,7 +148,9 @@ def checked_spec(raw: Any, checked: tuple[Checked, ...], i: int) -> CheckedSpec:
     if isinstance(found, CheckedSpec):
         return found
     if isinstance(found, InvalidSpec):
-        raise InvalidSpec(found.field, found.message.partition(": ")[2])
+        # The very error from_spec raised: rebuilt from its text, a field name holding
+        # ": " (an unknown key is quoted in it) would read differently.
+        raise found.with_traceback(None)
     return prepare(raw, None)
 
 

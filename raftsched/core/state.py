@@ -144,6 +144,7 @@ class ClusterState:
                     raise InvalidArgument("rid", "must be a short string")
                 seen = self.dedupe.get(rid)
                 if seen is not None:
+                    self._prepared = None
                     return dict(seen, duplicate=True)
             if parsed is None:
                 parsed = cls.from_wire(cmd)
@@ -172,16 +173,21 @@ class ClusterState:
 
     def prepare(self, cmd: Command | RaftschedError | None) -> None:
         """Do the pure part of ``cmd``'s apply now, before the state lock is taken: the
-        replica calls this on the thread that then applies ``cmd``, the only thread that
-        changes the state, so the state read here is the one the apply sees (the apply
-        checks that no command came between). Today: a ``raftsched apply``'s diff of up
-        to 1,000 jobs (~70 ms). Never raises: the apply then does the work itself."""
+        replica calls this on the thread that then applies ``cmd``. Only applies change
+        the jobs, and that thread alone applies, so the jobs read here are the ones the
+        apply sees (the apply checks that no command came between). Other threads change
+        only the derived ``due`` index (the leader's planner, under the lock): nothing
+        prepared here may read it. Today: a ``raftsched apply``'s diff of up to 1,000
+        jobs (~70 ms of CPU), or the refusal it gets. Never raises."""
         self._prepared = None
         if isinstance(cmd, ApplyJobs):
             try:
-                self._prepared = (self.applied, cmd, declarative.prepare_apply(self, cmd))
-            except Exception:  # noqa: BLE001 - the apply refuses it with the same error
-                pass
+                work: Any = declarative.prepare_apply(self, cmd)
+            except RaftschedError as exc:  # the apply raises it: no second try under the lock
+                work = exc
+            except Exception:  # noqa: BLE001 - the apply does the work and answers for it
+                return
+            self._prepared = (self.applied, cmd, work)
 
     def take_prepared(self, cmd: Command) -> Any:
         """What ``prepare`` made for ``cmd``, if ``cmd`` is the command being applied and

@@ -86,6 +86,19 @@ def test_the_apply_of_a_prepared_job_file_diffs_and_reads_nothing_under_the_lock
     assert st.jobs["j0001"].spec.timeout_ms == 600_000
 
 
+def test_a_job_file_refused_while_prepared_is_not_worked_out_again_under_the_lock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    st = _base()
+    specs = [_template(i) for i in range(999)] + [dict(_template(0), id="z", timeout="1y")]
+    wire = {"op": "apply", "at": T0, "rid": "r1", "specs": specs}
+    parsed = from_wire(wire)
+    st.prepare(parsed)
+    monkeypatch.setattr("raftsched.core.apply.plan_apply", lambda *a, **k: 1 / 0)
+    reply = st.apply(wire, 1, parsed=parsed)
+    assert reply["error"]["code"] == "invalid_spec"
+    assert reply["error"]["message"].startswith("specs[999].timeout: "), reply
+
+
 def test_work_prepared_for_one_command_is_not_used_for_another() -> None:
     st = _base()
     first = from_wire({"op": "apply", "at": T0, "specs": [_template(1)]})
@@ -114,8 +127,11 @@ def _batches(draw: Any) -> list[Any]:
         spec = dict(draw(hs.sampled_from(base)))
         spec["id"] = draw(hs.sampled_from(["a", "b", "c", "old", "at1", "bad id", 7, "c"]))
         if draw(hs.booleans()):
+            # Field names with ": " in them: an error quotes them before its own ": ".
             spec[draw(hs.sampled_from(["timeout", "jitter", "paused", "tags", "overlap",
-                                       "retries", "cron"]))] = draw(_VALUES)
+                                       "retries", "cron", "a: b", "x:"]))] = draw(_VALUES)
+        if draw(hs.integers(0, 5)) == 0:
+            spec["schedule"] = dict(spec["schedule"], **{"k: v": 1})
         if draw(hs.integers(0, 9)) == 0:
             spec = draw(hs.sampled_from([None, [], "spec", {"id": "x"}]))
         out.append(spec)
@@ -144,10 +160,11 @@ def test_a_put_prepared_outside_the_lock_leaves_the_same_state_and_reply(
 
 def test_copies_of_a_template_that_differ_in_a_value_s_type_are_each_read() -> None:
     base = _template(0)
+    # Each valid one first: it is the template the next would be taken for.
     specs = [base, dict(base, id="b", timeout=60), dict(base, id="c", timeout=60.0),
-             dict(base, id="d", paused=1), dict(base, id="e", paused=True)]
+             dict(base, id="e", paused=True), dict(base, id="d", paused=1)]
     checked = specprep.check_specs(specs, T0)
     assert [type(c).__name__ for c in checked] == [
-        "CheckedSpec", "CheckedSpec", "InvalidSpec", "InvalidSpec", "CheckedSpec"]
+        "CheckedSpec", "CheckedSpec", "InvalidSpec", "CheckedSpec", "InvalidSpec"]
     assert checked[1].spec.timeout_ms == 60_000  # type: ignore[union-attr]
-    assert checked[4].spec.paused is True  # type: ignore[union-attr]
+    assert checked[3].spec.paused is True  # type: ignore[union-attr]
