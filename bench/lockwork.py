@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import time
+from functools import partial
 from typing import Any
 
 from bench.cron_mix import DST_CHANGE_MS, raftsched_spec
@@ -39,6 +40,10 @@ def _ok(st: ClusterState, cmd: Any) -> None:
     reply = st.apply(cmd, 1)
     assert reply["ok"], reply
     st.take_effects()
+
+
+def _apply(st: ClusterState, wire: dict[str, Any], parsed: Any) -> Any:
+    return st.apply(wire, 1, parsed=parsed)
 
 
 def _prepared(st: ClusterState, wire: dict[str, Any]) -> Any:
@@ -70,14 +75,14 @@ def run(jobs: int = 10_000, seconds: int = 180) -> dict[str, list[tuple[float, f
     for k in range(0, jobs, PUT_BATCH):
         wire = {"op": "put_jobs", "at": t0, "atomic": True, "specs": specs[k:k + PUT_BATCH]}
         put = _timed(out["put-prep"], from_wire, wire)
-        _timed(out["put"], lambda: st.apply(wire, 1, parsed=put))
+        _timed(out["put"], _apply, st, wire, put)
         st.take_effects()
     # `raftsched apply` of a changed job file: every job of a batch updated.
     for k in range(0, jobs, PUT_BATCH):
         wire = {"op": "apply", "at": t0, "specs": [dict(s, timeout="10m")
                                                    for s in specs[k:k + PUT_BATCH]]}
         put = _timed(out["apply-prep"], _prepared, st, wire)
-        _timed(out["apply"], lambda: st.apply(wire, 1, parsed=put))
+        _timed(out["apply"], _apply, st, wire, put)
         st.take_effects()
     flying = frozenset(f"w5-{i:05d}" for i in range(0, MAX_PLANS_IN_FLIGHT
                                                     * MAX_JOBS_PER_PLAN * 5, 5))
@@ -89,13 +94,13 @@ def run(jobs: int = 10_000, seconds: int = 180) -> dict[str, list[tuple[float, f
                          for n, r in sorted(st.nodes.items()))
             ctx = LeaderContext(node_id="n1", term=1, now_ms=now, lookahead_ms=250,
                                 since_ms=t0, boot_ms=t0, live=live)
-            inp = _timed(out["copy"], lambda: plan_input(st, now + 250, skip_jobs=flying))
+            inp = _timed(out["copy"], partial(plan_input, st, now + 250, skip_jobs=flying))
             cmd = plan_from(inp, ctx)
             if cmd is None:
                 break
             wire = decode_command(encode_command(cmd))
             parsed = from_wire(wire)  # outside the lock, as raft.py does
-            _timed(out["plan"], lambda: st.apply(wire, 1, parsed=parsed))
+            _timed(out["plan"], _apply, st, wire, parsed)
             st.take_effects()
         for node in ("n1", "n2", "n3"):
             mine = [r for r in st.runs.values() if r.node == node and r.state == "assigned"]
@@ -140,11 +145,18 @@ def _gc_probe() -> list[tuple[int, float]]:
 
 
 if __name__ == "__main__":
+    import sys
+
     from raftsched.node.node import GC_THRESHOLDS
-    gc.set_threshold(*GC_THRESHOLDS)  # as a node process sets it
+    # `python -m bench.lockwork [SECONDS [T0,T1,T2]]`: a longer run reaches the middle
+    # generation's collections; other thresholds compare against the node's.
+    gc.set_threshold(*(tuple(int(x) for x in sys.argv[2].split(",")) if len(sys.argv) > 2
+                       else GC_THRESHOLDS))  # as a node process sets it
+    print(f"gc thresholds {gc.get_threshold()}")
     collections = _gc_probe()
-    print(report(run()))
+    print(report(run(seconds=int(sys.argv[1]) if len(sys.argv) > 1 else 180)))
     for gen in (0, 1, 2):
         ms = [c for g, c in collections if g == gen]
         if ms:
-            print(f"gc gen{gen}: {len(ms)} collections, cpu max {max(ms):.1f} ms")
+            print(f"gc gen{gen}: {len(ms)} collections, cpu max {max(ms):.1f} ms, "
+                  f"sum {sum(ms):.0f} ms")

@@ -355,8 +355,8 @@ def _run_from_row(row: list[Any], st: ClusterState, intern: _Interner) -> RunRec
     run.job_id, run.state, run.node = _shared_id(st, run.job_id), share(run.state), \
         share(run.node)
     run.reason = share(run.reason)
-    for t in run.transitions:
-        t[1], t[2], t[4] = share(t[1]), share(t[2]), share(t[4])
+    run.transitions = tuple((t[0], share(t[1]), share(t[2]), t[3], share(t[4]))
+                            for t in run.transitions)
     return run
 
 

@@ -77,12 +77,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.node")
 
-#: The cyclic GC's thresholds. The state is millions of small, long-lived, acyclic
-#: objects: the older generations are collected rarely. A young collection runs inside
-#: whatever allocated last, often an apply under the Raft lock, and costs ~0.3-0.7 us
-#: per young object: 10,000 keep it to a few ms (at 100,000 each took 26-29 ms of CPU,
-#: ``python -m bench.lockwork``), for the same total.
-GC_THRESHOLDS = (10_000, 50, 100)
+#: The cyclic GC's thresholds. A collection runs inside whatever allocated last, often
+#: an apply under the Raft lock, and costs ~1 us per object of the generations it
+#: collects. The state is long-lived: every run record survives the young collections
+#: and waits in the middle generation. With (10_000, 50, 100) that generation held 50
+#: young collections' survivors (a fresh node's 10,000 jobs and 67,000 runs) and its
+#: collection took 160-250 ms of CPU, 171 ms of it inside a plan apply in W5;
+#: (5_000, 4, 100) keeps young collections ≤ 9 ms and the middle one ≤ 17 ms for the
+#: same total (``bench/results/2026-12-02-put-prep.md``). A full collection still walks
+#: the whole state, when a quarter of it is new since the last (CPython's rule).
+GC_THRESHOLDS = (5_000, 4, 100)
 #: How long a stopping leader tries to hand leadership over before it just leaves.
 SHUTDOWN_TRANSFER_S = 2.0
 #: Reads refused with not_ready while this node reaches no quorum (unless ``stale``).
