@@ -106,7 +106,6 @@ def test_crashed_claim_holder_releases_its_claim_before_any_timeout(cluster_fact
             cl.put_job({"id": f"c{i}", "schedule": {"every": "1s"},
                         "command": witness_command(ran)})
         wait_until(lambda: c.procs["n3"].poll() is not None, 30, "n3 to take a claim and die")
-        time.sleep(2.0)  # let the released run execute elsewhere and be recorded
 
         def held_by_n3() -> list[dict]:
             out = []
@@ -116,7 +115,15 @@ def test_crashed_claim_holder_releases_its_claim_before_any_timeout(cluster_fact
                         out.append(run)
             return out
 
-        moved = wait_until(held_by_n3, 10, "the run n3 held")
+        def moved_on() -> list[dict] | None:
+            # The released run started elsewhere and its process wrote its line (on a
+            # loaded host that can take longer than any fixed pause).
+            runs = held_by_n3()
+            witnessed = {r["RUN_ID"] for r in read_witness(ran)}
+            return runs if runs and all(r["started_ms"] and r["run_id"] in witnessed
+                                        for r in runs) else None
+
+        moved = wait_until(moved_on, 30, "the run n3 held, started elsewhere and witnessed")
     executed = collections.Counter(r["RUN_ID"] for r in read_witness(ran))
     delays = []
     for run in moved:
