@@ -91,13 +91,32 @@ def shots() -> Iterator[str]:
             yield tmp
 
 
+# The page re-renders its tables as the cluster changes: an element found by one
+# WebDriver call may be gone by the next (StaleElementReferenceException, seen on a
+# loaded host). So reads are one script each, and a click is retried until it lands.
+
 def texts(driver: Any, css: str) -> list[str]:
-    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
+        css)
+
+
+def attrs(driver: Any, css: str, name: str) -> list[str | None]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => e.getAttribute(arguments[1]))", css, name)
 
 
 def cell(driver: Any, job: str, css: str) -> str:
-    found = driver.find_elements(By.CSS_SELECTOR, f'#jobs tr[data-job="{job}"] {css}')
-    return found[0].text if found else ""
+    found = texts(driver, f'#jobs tr[data-job="{job}"] {css}')
+    return found[0] if found else ""
+
+
+def click(driver: Any, css: str) -> None:
+    def clicked() -> bool:
+        driver.find_element(By.CSS_SELECTOR, css).click()
+        return True
+    wait_until(clicked, UI_S, f"a click on {css}")
 
 
 def api(cluster: Cluster, path: str) -> Any:
@@ -132,13 +151,13 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
         By.CSS_SELECTOR, '#jobs tr[data-job="nightly-backup"] .later')) == 2  # then ..., then ...
 
     # Pause from the page; the cluster says so, and the page too.
-    browser.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="nightly-backup"] button.pause').click()
+    click(browser, '#jobs tr[data-job="nightly-backup"] button.pause')
     wait_until(lambda: api(cluster, "/api/v1/jobs/nightly-backup")["paused"] is True, UI_S,
                "the pause committed")
     wait_until(lambda: cell(browser, "nightly-backup", ".paused-cell") == "yes", UI_S,
                "the page shows it paused")
     # Trigger a job that would not run before 2099: the run happens, the feed shows it.
-    browser.find_element(By.CSS_SELECTOR, '#jobs tr[data-job="report"] button.trigger').click()
+    click(browser, '#jobs tr[data-job="report"] button.trigger')
     wait_until(lambda: any(r["state"] == "succeeded"
                            for r in api(cluster, "/api/v1/jobs/report/runs")["runs"]),
                UI_S, "the triggered run of report succeeded")
@@ -155,22 +174,22 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
                UI_S, "ten fire times")
     assert browser.find_element(By.ID, "fires-zone").text == "Europe/Berlin"
     assert browser.find_element(By.ID, "job-title").get_attribute("data-paused") == "yes"
-    browser.find_element(By.ID, "job-resume").click()
+    click(browser, "#job-resume")
     wait_until(lambda: api(cluster, "/api/v1/jobs/nightly-backup")["paused"] is False, UI_S,
                "resumed from its page")
     browser.get(base + "#/jobs/flaky")
     wait_until(lambda: browser.find_element(By.ID, "job-title").text == "flaky" and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 2,
                UI_S, "flaky's runs on the timeline")
-    states = [e.get_attribute("data-state")
-              for e in browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")]
+    states = attrs(browser, "#runs tbody tr", "data-state")
     assert "failed" in states, states
     assert "exit 3" in texts(browser, "#runs tbody td.reason")
     browser.get(base + "#/jobs/tick")
     wait_until(lambda: browser.find_element(By.ID, "job-title").text == "tick"
                and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 5,
                UI_S, "tick's runs on the timeline")
-    lefts = {e.value_of_css_property("left")
-             for e in browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")}
+    lefts = set(browser.execute_script(
+        "return [...document.querySelectorAll('#timeline .tick')]"
+        ".map(e => getComputedStyle(e).left)"))
     assert len(lefts) >= 5, lefts  # spread along the time axis, not stacked
     browser.save_screenshot(os.path.join(shots, "dashboard-job.png"))
 
@@ -189,8 +208,8 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     wait_until(new_leader_in_feed, 60, "the feed reporting a new leader")
 
     def tick_after_new_leader() -> bool:
-        items = browser.find_elements(By.CSS_SELECTOR, "#feed li")  # newest first
-        events = [(e.get_attribute("data-event"), e.get_attribute("data-job")) for e in items]
+        events = list(zip(attrs(browser, "#feed li", "data-event"),  # newest first
+                          attrs(browser, "#feed li", "data-job"), strict=False))
         first_leader = next(i for i, (ev, _) in enumerate(events) if ev == "leader.changed")
         return ("run.ended", "tick") in events[:first_leader]
 
@@ -217,14 +236,17 @@ def test_a_read_only_token_gets_no_buttons_and_a_bad_one_the_form(
     wait_until(lambda: browser.find_element(By.ID, "role").text == "read-only", UI_S,
                "the read-only role shown")
     wait_until(lambda: cell(browser, "tick", ".schedule") == "every second", UI_S, "jobs")
-    buttons = browser.find_elements(By.CSS_SELECTOR, "#jobs button")
-    assert buttons and not any(b.is_displayed() for b in buttons)
+    # Counted in one script (offsetParent is null for an element not displayed).
+    count, shown = browser.execute_script(
+        "const b = [...document.querySelectorAll('#jobs button')];"
+        "return [b.length, b.filter(e => e.offsetParent !== null).length];")
+    assert count and not shown, f"{shown} of {count} buttons shown to a read-only token"
     browser.execute_script("sessionStorage.clear()")
     browser.get(base + "#token=" + "0" * 64)
     wait_until(lambda: browser.find_element(By.ID, "login").is_displayed(), UI_S,
                "the token form after a wrong token")
     assert "bearer" in browser.find_element(By.ID, "login-error").text.lower()
     browser.find_element(By.ID, "token-input").send_keys(TOK["admin"])
-    browser.find_element(By.CSS_SELECTOR, "#token-form button").click()
+    click(browser, "#token-form button")
     wait_until(lambda: browser.find_element(By.ID, "role").text == "admin", UI_S,
                "admin after pasting the token")
