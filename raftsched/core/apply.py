@@ -22,7 +22,8 @@ from raftsched.core import jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError
 from raftsched.core.model import JobSpec
-from raftsched.core.specprep import KEEP, Checked, CheckedSpec, is_keep, ready_spec
+from raftsched.core.specprep import KEEP, Checked, CheckedSpec, intern_spec, is_keep
+from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
@@ -167,11 +168,11 @@ def prepare_apply(st: ClusterState, cmd: ApplyJobs) -> Prepared:
                                            if ch.spec.schedule != rec.spec.schedule
                                            else rec.hwm_ms)
         first = firsts.get(ch.job)
-        if first is not None and first.after_ms == mark:
-            nxt = first.next_ms  # found by from_wire (plan_apply replaces only `paused`)
-        else:
-            nxt = CheckedSpec(spec=ch.spec, after_ms=None, next_ms=None).next_after(mark)
-        spec = ch.spec if first is not None else ready_spec(ch.spec).spec
+        # from_wire's spec is interned already, and its first fire time holds for the
+        # spec plan_apply made of it (which replaces only `paused`) when the mark is `at`.
+        nxt = first.next_after(mark) if first is not None else next_fire(ch.spec.schedule,
+                                                                         mark)
+        spec = ch.spec if first is not None else intern_spec(ch.spec)
         specs[ch.job] = CheckedSpec(spec=spec, after_ms=mark, next_ms=nxt)
     return Prepared(changes=changes, specs=specs)
 

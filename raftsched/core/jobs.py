@@ -33,6 +33,7 @@ from raftsched.core.trigger import AtSchedule, latest_fire_at_or_before, next_fi
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
 
+
 def apply_put_job(st: ClusterState, cmd: PutJob) -> dict[str, Any]:
     return put_spec(st, checked_spec(cmd.spec, cmd.checked, 0), cmd.max_jobs, cmd.at, cmd.v)
 

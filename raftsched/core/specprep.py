@@ -136,11 +136,6 @@ def keeps_env(raw: Any) -> bool:
     return isinstance(env, dict) and any(is_keep(v) for v in env.values())
 
 
-def ready_spec(spec: JobSpec) -> CheckedSpec:
-    """A spec validated elsewhere (``raftsched apply`` while it plans), made ready."""
-    return CheckedSpec(spec=intern_spec(spec), after_ms=None, next_ms=None)
-
-
 def checked_spec(raw: Any, checked: tuple[Checked, ...], i: int) -> CheckedSpec:
     """Spec ``i`` of a command, as ``from_wire`` prepared it or prepared now; raises
     :class:`InvalidSpec` for an invalid one."""

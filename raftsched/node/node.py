@@ -83,9 +83,10 @@ log = logging.getLogger("raftsched.node")
 #: and waits in the middle generation. With (10_000, 50, 100) that generation held 50
 #: young collections' survivors (a fresh node's 10,000 jobs and 67,000 runs) and its
 #: collection took 160-250 ms of CPU, 171 ms of it inside a plan apply in W5;
-#: (5_000, 4, 100) keeps young collections ≤ 9 ms and the middle one ≤ 17 ms for the
-#: same total (``bench/results/2026-12-02-put-prep.md``). A full collection still walks
-#: the whole state, when a quarter of it is new since the last (CPython's rule).
+#: (5_000, 4, 100) keeps young collections ≤ 9 ms and the middle one ≤ 17 ms, for
+#: ~1.5x the total (0.8 s of CPU per 900 s of W5, ``bench/results/2026-12-02-put-prep.md``).
+#: A full collection still walks the whole state, when a quarter of it is new since the
+#: last (CPython's rule).
 GC_THRESHOLDS = (5_000, 4, 100)
 #: How long a stopping leader tries to hand leadership over before it just leaves.
 SHUTDOWN_TRANSFER_S = 2.0
