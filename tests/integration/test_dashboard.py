@@ -208,8 +208,10 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     wait_until(new_leader_in_feed, 60, "the feed reporting a new leader")
 
     def tick_after_new_leader() -> bool:
-        events = list(zip(attrs(browser, "#feed li", "data-event"),  # newest first
-                          attrs(browser, "#feed li", "data-job"), strict=False))
+        # Newest first; one script, so an event is never paired with another's job.
+        events = [tuple(e) for e in browser.execute_script(
+            "return [...document.querySelectorAll('#feed li')]"
+            ".map(e => [e.getAttribute('data-event'), e.getAttribute('data-job')])")]
         first_leader = next(i for i, (ev, _) in enumerate(events) if ev == "leader.changed")
         return ("run.ended", "tick") in events[:first_leader]
 
