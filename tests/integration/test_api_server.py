@@ -28,6 +28,7 @@ from raftsched.core.errors import (
     UnknownJob,
 )
 from raftsched.faces.cli import main
+from raftsched.faces.launcher import wait_until
 from raftsched.wire import client as client_mod
 from raftsched.wire import session
 from raftsched.wire.api import ApiServer, ApiStatistics
@@ -529,7 +530,8 @@ def test_client_reconnects_after_the_node_closed_its_idle_connection(
     server, _ = harness.serve(idle_timeout_s=0.3, secret=SECRET)
     with Client(f"127.0.0.1:{server.bound_port}", timeout=5) as client:
         assert client.status() == {"node": "fake"}
-        time.sleep(0.8)  # the server drops the kept connection meanwhile
+        wait_until(lambda: harness.stats(server).connections_open == 0, 10,
+                   "the server dropping the idle connection")
         t0 = time.monotonic()
         assert client.status() == {"node": "fake"}
         assert time.monotonic() - t0 < 3.0  # at once, not after a failover round's pause

@@ -101,10 +101,12 @@ def texts(driver: Any, css: str) -> list[str]:
         css)
 
 
-def attrs(driver: Any, css: str, name: str) -> list[str | None]:
-    return driver.execute_script(
+def attrs(driver: Any, css: str, *names: str) -> list[tuple[str | None, ...]]:
+    """Each matching element's attributes ``names``, all read in one script (so a row's
+    values always come from one element)."""
+    return [tuple(row) for row in driver.execute_script(
         "return [...document.querySelectorAll(arguments[0])]"
-        ".map(e => e.getAttribute(arguments[1]))", css, name)
+        ".map(e => arguments[1].map(n => e.getAttribute(n)))", css, list(names))]
 
 
 def cell(driver: Any, job: str, css: str) -> str:
@@ -180,7 +182,7 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     browser.get(base + "#/jobs/flaky")
     wait_until(lambda: browser.find_element(By.ID, "job-title").text == "flaky" and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 2,
                UI_S, "flaky's runs on the timeline")
-    states = attrs(browser, "#runs tbody tr", "data-state")
+    states = [state for (state,) in attrs(browser, "#runs tbody tr", "data-state")]
     assert "failed" in states, states
     assert "exit 3" in texts(browser, "#runs tbody td.reason")
     browser.get(base + "#/jobs/tick")
@@ -209,9 +211,7 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
 
     def tick_after_new_leader() -> bool:
         # Newest first; one script, so an event is never paired with another's job.
-        events = [tuple(e) for e in browser.execute_script(
-            "return [...document.querySelectorAll('#feed li')]"
-            ".map(e => [e.getAttribute('data-event'), e.getAttribute('data-job')])")]
+        events = attrs(browser, "#feed li", "data-event", "data-job")
         first_leader = next(i for i, (ev, _) in enumerate(events) if ev == "leader.changed")
         return ("run.ended", "tick") in events[:first_leader]
 
