@@ -222,6 +222,9 @@ class Execution:
         env.update(self.spec.env)
         env.update(self.ctx.environ())
         assert self.spec.command is not None
+        if self.guard is not None:
+            self.guard.spawning(self.ctx.fence, self.ctx.run_id)
+        spawned = False
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 *self.spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
@@ -230,11 +233,17 @@ class Execution:
                 # process can deadlock on a lock another thread held at the fork (seen
                 # under libfaketime). The guard kills the group if the node dies.
                 start_new_session=True)
+            spawned = True
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=f"cannot execute: {exc.strerror or exc}"[:200])
+        finally:
+            if not spawned and self.guard is not None:
+                # Refused, or cancelled (asyncio then kills the child it made): a stale
+                # announcement would have the guard searching /proc on every late poll.
+                self.guard.not_spawned(self.ctx.fence)
         if self.guard is not None:
-            self.guard.add(self.proc.pid)
+            self.guard.add(self.proc.pid, self.ctx.fence)
         if self.stopped:
             self._terminate(self.kill_grace_s)  # stopped while it was being spawned
         tail = bytearray()

@@ -15,9 +15,18 @@ it gracefully), first leaving a marker file so the node, once it runs again, rec
 the run ``lost`` rather than ``failed``. When the node's pipe closes (the node died)
 it kills them all and exits.
 
+A run's group is only known once its process exists, and the node may die or freeze
+between the fork and telling the guard (a nemesis run caught a SIGKILL there: the job
+ran on, unguarded, beside the attempt the cluster started elsewhere). So the node
+announces a spawn *before* it forks, naming the run id and fencing token the job's
+environment will carry; when the guard must kill and a spawn is still unconfirmed, it
+finds that process by its environment (``/proc/PID/environ``) and kills its group too,
+looking again for a while in case the child had not yet reached its ``exec``.
+
 Run as ``python -I path/to/guard.py MARKER_DIR``; the node writes lines to its stdin:
-``t DEADLINE`` (monotonic seconds), ``+ PGID`` (a run started), ``- PGID`` (its
-process was reaped: the id may be reused from now on).
+``t DEADLINE`` (monotonic seconds), ``s FENCE RUN_ID`` (a run is about to be spawned),
+``+ PGID FENCE`` (it started: its group), ``x FENCE`` (it was never spawned), ``- PGID``
+(its process was reaped: the id may be reused from now on).
 """
 
 from __future__ import annotations
@@ -35,12 +44,22 @@ log = logging.getLogger("raftsched.guard")
 
 #: Seconds between checks for a node past its deadline.
 _POLL_S = 0.05
+#: How long the guard keeps looking for an unconfirmed spawn after its node died (a
+#: child between fork and exec still shows the node's environment, not the job's).
+_SPAWN_SEARCH_S = 2.0
+#: Seconds between two searches of /proc for unconfirmed spawns; while a frozen node
+#: stays late the gap doubles up to _SCAN_MAX_S (a child it had not forked yet will not
+#: appear before it runs again, and then it confirms or cancels the spawn itself).
+_SCAN_EVERY_S = 0.1
+_SCAN_MAX_S = 5.0
 
 
 def main(argv: list[str]) -> int:
     markers = argv[0]
     groups: set[int] = set()
+    spawning: dict[bytes, bytes] = {}  # fence -> run id, announced and not yet confirmed
     deadline = float("inf")  # nothing to guard until the node has said when
+    next_scan, scan_gap = 0.0, _SCAN_EVERY_S
     buf = b""
     while True:
         ready, _, _ = select.select([0], [], [], _POLL_S)
@@ -48,22 +67,75 @@ def main(argv: list[str]) -> int:
             chunk = os.read(0, 65536)
             if not chunk:
                 _kill_all(groups, markers, "node exited")
+                _search_spawns(spawning, markers, "node exited", _SPAWN_SEARCH_S)
                 return 0
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:
-                kind, _, arg = line.partition(b" ")
-                if kind == b"t":
+                _take(line, groups, spawning)
+                if line.startswith(b"t "):
                     with contextlib.suppress(ValueError):
-                        deadline = float(arg)
-                elif kind == b"+" and arg.isdigit():
-                    groups.add(int(arg))
-                elif kind == b"-" and arg.isdigit():
-                    groups.discard(int(arg))
+                        deadline = float(line[2:])
         late = time.monotonic() - deadline
-        if groups and late > 0:
-            _kill_all(groups, markers, f"guard: node unresponsive ({late:.1f}s past its "
-                                       "self-fence)")
+        if late <= 0:
+            next_scan, scan_gap = 0.0, _SCAN_EVERY_S
+        elif groups or spawning:
+            reason = f"guard: node unresponsive ({late:.1f}s past its self-fence)"
+            _kill_all(groups, markers, reason)
+            if spawning and time.monotonic() >= next_scan:
+                _kill_spawned(spawning, markers, reason)
+                next_scan = time.monotonic() + scan_gap
+                scan_gap = min(scan_gap * 2, _SCAN_MAX_S)
+
+
+def _take(line: bytes, groups: set[int], spawning: dict[bytes, bytes]) -> None:
+    """Apply one of the node's lines (``t`` is read by the caller)."""
+    kind, _, rest = line.partition(b" ")
+    arg, _, more = rest.partition(b" ")
+    if kind == b"+" and arg.isdigit():
+        groups.add(int(arg))
+        spawning.pop(more, None)
+    elif kind == b"-" and arg.isdigit():
+        groups.discard(int(arg))
+    elif kind == b"s" and arg.isdigit() and more:
+        spawning[arg] = more
+    elif kind == b"x":
+        spawning.pop(arg, None)
+
+
+def _search_spawns(spawning: dict[bytes, bytes], markers: str, reason: str,
+                   for_s: float) -> None:
+    """Kill the unconfirmed spawns, looking again until ``for_s`` has passed."""
+    end = time.monotonic() + for_s
+    while spawning:
+        _kill_spawned(spawning, markers, reason)
+        if time.monotonic() >= end:
+            return
+        time.sleep(_SCAN_EVERY_S)
+
+
+def _kill_spawned(spawning: dict[bytes, bytes], markers: str, reason: str) -> None:
+    """Kill the group of every process whose environment names an unconfirmed spawn
+    (its fencing token is unique to that attempt, its run id guards against a stranger
+    that happens to carry the same number)."""
+    wanted = {(b"RAFTSCHED_FENCE=" + fence, b"RAFTSCHED_RUN_ID=" + run_id): fence
+              for fence, run_id in spawning.items()}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = set(f.read().split(b"\0"))
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pgid = int(f.read().rsplit(b")", 1)[1].split()[2])
+        except (OSError, ValueError, IndexError):
+            continue  # gone, or not ours to read
+        for (fence_var, run_var), fence in wanted.items():
+            if fence_var in env and run_var in env and pgid > 1 and pgid != os.getpgrp():
+                # Found: from now on it is an ordinary group (its reap will say "-").
+                spawning.pop(fence, None)
+                _kill_all({pgid}, markers, reason)
 
 
 def _kill_all(groups: set[int], markers: str, reason: str) -> None:
@@ -113,8 +185,16 @@ class Guard:
         """Kill the registered groups if the node has not moved this on by then."""
         self._send(b"t %.3f\n" % monotonic_s)
 
-    def add(self, pgid: int) -> None:
-        self._send(b"+ %d\n" % pgid)
+    def spawning(self, fence: int, run_id: str) -> None:
+        """Say before the fork that this attempt is about to start (see the module
+        docstring): a death or freeze before :meth:`add` must not leave it unguarded."""
+        self._send(b"s %d %s\n" % (fence, run_id.encode()))
+
+    def not_spawned(self, fence: int) -> None:
+        self._send(b"x %d\n" % fence)
+
+    def add(self, pgid: int, fence: int) -> None:
+        self._send(b"+ %d %d\n" % (pgid, fence))
 
     def remove(self, pgid: int) -> None:
         self._send(b"- %d\n" % pgid)
