@@ -115,9 +115,10 @@ def _search_spawns(spawning: dict[bytes, bytes], markers: str, reason: str,
 
 
 def _kill_spawned(spawning: dict[bytes, bytes], markers: str, reason: str) -> None:
-    """Kill the group of every process whose environment names an unconfirmed spawn
-    (its fencing token is unique to that attempt, its run id guards against a stranger
-    that happens to carry the same number)."""
+    """Kill the group of every process whose environment names an unconfirmed spawn:
+    its fencing token is unique to that attempt in its cluster, its run id guards
+    against a stranger carrying the same number, and it must lead its own session and
+    group (``start_new_session``), so no other group is ever taken for it."""
     wanted = {(b"RAFTSCHED_FENCE=" + fence, b"RAFTSCHED_RUN_ID=" + run_id): fence
               for fence, run_id in spawning.items()}
     for name in os.listdir("/proc"):
@@ -125,17 +126,37 @@ def _kill_spawned(spawning: dict[bytes, bytes], markers: str, reason: str) -> No
             continue
         pid = int(name)
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = set(f.read().split(b"\0"))
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                pgid = int(f.read().rsplit(b")", 1)[1].split()[2])
+            # Both files through one directory handle: a pid reused between two reads
+            # would otherwise pair one process's environment with another's group.
+            dir_fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            continue
+        try:
+            env = set(_read_at(dir_fd, "environ").split(b"\0"))
+            fields = _read_at(dir_fd, "stat").rsplit(b")", 1)[1].split()
+            pgid, sid = int(fields[2]), int(fields[3])
         except (OSError, ValueError, IndexError):
             continue  # gone, or not ours to read
+        finally:
+            os.close(dir_fd)
+        if not pgid == sid == pid:
+            continue
         for (fence_var, run_var), fence in wanted.items():
-            if fence_var in env and run_var in env and pgid > 1 and pgid != os.getpgrp():
+            if fence_var in env and run_var in env:
                 # Found: from now on it is an ordinary group (its reap will say "-").
                 spawning.pop(fence, None)
                 _kill_all({pgid}, markers, reason)
+
+
+def _read_at(dir_fd: int, name: str) -> bytes:
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _kill_all(groups: set[int], markers: str, reason: str) -> None:

@@ -33,10 +33,9 @@ def spawn() -> Iterator:
 
     def start(fence: int, run_id: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ, RAFTSCHED_FENCE=str(fence), RAFTSCHED_RUN_ID=run_id)
+        # Popen returns once the exec succeeded: /proc shows the job's environment.
         proc = subprocess.Popen(SLEEPER, env=env, start_new_session=True)
         made.append(proc)
-        # Past its exec: /proc shows the job's environment from now on.
-        wait_until(lambda: b"RAFTSCHED_FENCE" in _environ(proc.pid), 10, "the exec")
         return proc
 
     yield start
@@ -46,12 +45,13 @@ def spawn() -> Iterator:
         proc.wait(5)
 
 
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+def _close_and_await_exit(guard: Guard) -> None:
+    """Close the node's pipe and wait until the guard process has exited: after that
+    it kills nothing more, so what is still alive was spared, not merely not reached."""
+    proc = guard.proc
+    assert proc is not None
+    guard.close()
+    assert proc.wait(15) == 0
 
 
 def test_a_node_dying_between_fork_and_register_takes_the_job_with_it(tmp_path,
@@ -61,9 +61,23 @@ def test_a_node_dying_between_fork_and_register_takes_the_job_with_it(tmp_path,
     job = spawn(41, "j@1000")  # forked; the node dies before guard.add()
     other_attempt = spawn(42, "j@1000")  # another attempt of the run (another node's)
     other_run = spawn(41, "k@1000")  # the same number on another run: a stranger
-    guard.close()  # the node's pipe closes, as when it is SIGKILLed
+    _close_and_await_exit(guard)  # the node's pipe closes, as when it is SIGKILLed
     assert job.wait(10) == -9
     assert other_attempt.poll() is None and other_run.poll() is None
+
+
+def test_after_a_death_the_guard_keeps_looking_for_a_child_not_yet_exec_ed(
+        tmp_path, spawn) -> None:
+    # The child of a node killed between fork and exec shows the node's environment at
+    # the guard's first look; it is found once it has exec'd.
+    guard = Guard(str(tmp_path / "markers"))
+    guard.spawning(51, "j@6000")
+    assert guard.proc is not None and guard.proc.stdin is not None
+    guard.proc.stdin.close()  # the node dies (no wait for the guard)
+    time.sleep(0.2)  # deliberately after the first look: the exec comes late
+    job = spawn(51, "j@6000")
+    assert job.wait(10) == -9
+    assert guard.proc.wait(15) == 0
 
 
 def test_a_frozen_node_past_its_deadline_loses_an_unregistered_job_and_learns_why(
@@ -94,10 +108,12 @@ def test_a_spawn_that_never_happened_is_forgotten(tmp_path, spawn) -> None:
         victim = spawn(10, "j@5000")
         guard.spawning(10, "j@5000")
         guard.add(victim.pid, 10)
+        guard.spawning(11, "j@7000")  # a second spawn, unconfirmed: one search is made
+        found = spawn(11, "j@7000")
         guard.deadline(time.monotonic() - 1)
-        # The guard read every line in order and acted past the deadline: the "x" was
-        # read before, so no search for fence 9 was made or will be.
-        assert victim.wait(10) == -9
-        assert late.poll() is None
+        assert victim.wait(10) == -9 and found.wait(10) == -9
     finally:
-        guard.close()
+        _close_and_await_exit(guard)
+    # The search that found fence 11 would have found fence 9 too, had the "x" (read
+    # before it, in order) not withdrawn it.
+    assert late.poll() is None
