@@ -41,6 +41,8 @@ _CLASS_ATTRS = (
     (SyncObj, "_SyncObj__doChangeCluster"), (SyncObj, "_onTick"), (SyncObj, "otherNodes"),
     (SyncObj, "addNodeToCluster"), (SyncObj, "removeNodeFromCluster"),
     (SyncObj, "_SyncObj__onNodeDisconnected"), (_syncobj_module, "_RAFT_STATE"),
+    (SyncObj, "_SyncObj__getCurrentLogIndex"), (SyncObj, "_SyncObj__getCurrentLogTerm"),
+    (SyncObj, "_SyncObj__generateRaftTimeout"), (SyncObj, "_SyncObj__connectedToAnyone"),
     (tcp_connection.TcpConnection, "_TcpConnection__processRead"),
     (FileJournal, "clear"), (FileJournal, "_FileJournal__setLastRecordOffset"),
 )
@@ -49,7 +51,9 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__raftLog", "_SyncObj__thread", "_SyncObj__raftCommitIndex",
                         "_SyncObj__raftElectionDeadline", "_SyncObj__raftLeader", "getEncryptor",
                         "_SyncObj__raftState", "_SyncObj__transport",
-                        "_SyncObj__connectedNodes")),
+                        "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
+                        "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
+                        "_poller")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset")),
@@ -205,6 +209,12 @@ def known_prefix(prev_term: int, entries: list[Any], held: list[Any]) -> int:
 
 #: What a follower sends the peers it otherwise never talks to (RaftSyncObj._rs_ping).
 _PING = {"type": "rs_ping"}
+#: Pre-vote (Raft thesis §9.6): the ask, and the answer.
+PREVOTE = "rs_prevote"
+PREVOTE_REPLY = "rs_prevote_reply"
+#: Pre-vote rounds refused in a row, while a leader of an older term appends to us,
+#: after which a node campaigns without asking (it would never be granted).
+PREVOTE_STUCK_ROUNDS = 3
 
 
 class RaftSyncObj(SyncObj):  # type: ignore[misc]
@@ -253,6 +263,23 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     #: to (see :meth:`_rs_ping`); 0 turns them off.
     _rs_ping_every_s = 0.0
     _rs_next_ping = 0.0
+    #: Pre-vote on (see :meth:`_rs_before_election`).
+    _rs_prevote = False
+    #: A majority answered our pre-vote: the next expired deadline campaigns for real.
+    _rs_prevote_won = False
+    #: The round in flight: the term asked for, and who granted / answered.
+    _rs_prevote_term = -1
+    _rs_prevote_grants: frozenset[Any] = frozenset()
+    _rs_prevote_answers: frozenset[Any] = frozenset()
+    #: When (monotonic) the current leader's last append reached us.
+    _rs_leader_seen = 0.0
+    #: When a leader of an older term last sent us an append (we are ahead of it).
+    _rs_older_leader_seen = 0.0
+    #: Rounds in a row that ended without a majority (reset by a current leader).
+    _rs_prevote_failures = 0
+    #: Pre-vote rounds and real elections begun by this node (statistics).
+    rs_prevotes = 0
+    rs_elections = 0
 
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
         """A leader's process that dies (SIGKILL, a crash, an OOM kill) has its sockets
@@ -280,7 +307,13 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
                 self._rs_joining = False
             else:
                 self._SyncObj__raftElectionDeadline = float("inf")
+        if self._rs_prevote:
+            self._rs_before_election()
         super()._onTick(timeToWait)
+        if (self._rs_prevote_won
+                and self._SyncObj__raftState != _syncobj_module._RAFT_STATE.FOLLOWER):
+            # The election it allowed has begun (or we lead): the next one asks again.
+            self._rs_prevote_won = False
         if self._rs_ping_every_s > 0:
             now = time.monotonic()
             if now >= self._rs_next_ping:
@@ -319,9 +352,125 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
             return
         super()._checkCommandsToApply()
 
+    def _rs_before_election(self) -> None:
+        """Pre-vote (Raft thesis §9.6, as etcd does), before pysyncobj's tick would
+        campaign: a follower whose election deadline has passed first reads what
+        already arrived (a node that did not run for a while — a stall, a pause, a
+        loaded host — finds its leader's appends waiting in the socket and stays a
+        follower), then asks its peers whether they would vote for it, at the term it
+        would campaign in, without raising its own. Only once a majority said yes
+        does the next tick campaign for real. A peer says yes only when its log is not
+        ahead and it has not heard from a live leader within the minimum election
+        timeout, so a node coming back from a pause or a partition never deposes a
+        working leader with a higher term.
+
+        Exceptions, as etcd's: a leadership transfer's target campaigns at once (its
+        leader asked it to), and a node that a leader of an older term keeps
+        appending to (it raised its term in a campaign that failed) campaigns
+        without asking: nobody would grant it, and it could never rejoin otherwise.
+        Safety is Raft's: a real election is unchanged; pre-vote only delays one."""
+        st = _syncobj_module._RAFT_STATE
+        if (self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)
+                or self._SyncObj__selfNode is None or self._rs_prevote_won
+                or self._SyncObj__transferInProgress):
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftElectionDeadline >= now:
+            return
+        self._poller.poll(0)  # a leader's waiting append resets the deadline
+        if (self._SyncObj__raftElectionDeadline >= now
+                or self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)):
+            return
+        if not self._SyncObj__connectedToAnyone():
+            return  # pysyncobj would not campaign either
+        if not self._SyncObj__otherNodes:
+            self._rs_allow_election("alone")
+            return
+        if (self._rs_prevote_failures >= PREVOTE_STUCK_ROUNDS
+                and now - self._rs_older_leader_seen < self._SyncObj__conf.raftMaxTimeout):
+            # Stuck ahead: our term is above the leader's (a campaign of ours that
+            # failed), its appends are refused by us and our asks by everyone.
+            self._rs_prevote_failures = 0
+            self._rs_allow_election("a leader of an older term keeps appending to us")
+            return
+        if self._rs_prevote_term == self._SyncObj__raftCurrentTerm + 1:
+            self._rs_prevote_failures += 1  # the last round asked for this term too
+        self.rs_prevotes += 1
+        self._rs_prevote_term = self._SyncObj__raftCurrentTerm + 1
+        self._rs_prevote_grants = frozenset()
+        self._rs_prevote_answers = frozenset()
+        # The round lasts one election timeout; then the next round asks again.
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        ask = {"type": PREVOTE, "term": self._rs_prevote_term,
+               "last_log_index": self._SyncObj__getCurrentLogIndex(),
+               "last_log_term": self._SyncObj__getCurrentLogTerm()}
+        for node in list(self._SyncObj__otherNodes):
+            self._SyncObj__transport.send(node, ask)
+
+    def _rs_allow_election(self, why: str = "") -> None:
+        log.info("campaigning in term %d: %s", self._SyncObj__raftCurrentTerm + 1, why)
+        self._rs_prevote_won = True
+        self.rs_elections += 1
+        self._SyncObj__raftElectionDeadline = 0  # pysyncobj's tick campaigns now
+
+    def _rs_prevote_grant(self, node: Any, message: dict[str, Any]) -> bool:
+        """Would we vote for ``node`` in ``message['term']``? (No state changes.)"""
+        st = _syncobj_module._RAFT_STATE
+        if self._SyncObj__selfNode is None:
+            return False
+        term = message.get("term")
+        last_term, last_idx = message.get("last_log_term"), message.get("last_log_index")
+        if not (isinstance(term, int) and isinstance(last_term, int)
+                and isinstance(last_idx, int)):
+            return False
+        if term < self._SyncObj__raftCurrentTerm:
+            return False
+        my_term, my_idx = self._SyncObj__getCurrentLogTerm(), self._SyncObj__getCurrentLogIndex()
+        if last_term < my_term or (last_term == my_term and last_idx < my_idx):
+            return False
+        if self._SyncObj__raftState == st.LEADER:
+            return False  # we lead: check-quorum steps us down if we cannot
+        leader = self._SyncObj__raftLeader
+        recent = time.monotonic() - self._rs_leader_seen < self._SyncObj__conf.raftMinTimeout
+        return not (leader is not None and leader != node and recent
+                    and leader in self._SyncObj__connectedNodes)
+
+    def _rs_prevote_message(self, node: Any, message: dict[str, Any]) -> None:
+        if message["type"] == PREVOTE:
+            self._SyncObj__transport.send(node, {
+                "type": PREVOTE_REPLY, "term": message.get("term"),
+                "granted": self._rs_prevote_grant(node, message)})
+            return
+        st = _syncobj_module._RAFT_STATE
+        if (message.get("term") != self._rs_prevote_term or self._rs_prevote_won
+                or self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)
+                or self._SyncObj__raftCurrentTerm + 1 != self._rs_prevote_term):
+            return  # an old round's answer
+        self._rs_prevote_answers |= {node}
+        if message.get("granted") is True:
+            self._rs_prevote_grants |= {node}
+            if len(self._rs_prevote_grants) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2:
+                self._rs_allow_election(
+                    "pre-vote granted by " + ", ".join(sorted(str(getattr(n, "address", n))
+                                                              for n in self._rs_prevote_grants)))
+
     def _SyncObj__onMessageReceived(self, node: Any, message: Any) -> None:
         if message == _PING:  # its read has kept the connection alive; nothing else
             return
+        if isinstance(message, dict):
+            kind = message.get("type")
+            if kind in (PREVOTE, PREVOTE_REPLY):
+                if not self._rs_joining:
+                    self._rs_prevote_message(node, message)
+                return
+            if kind == "append_entries":
+                term = message.get("term", -1)
+                if term >= self._SyncObj__raftCurrentTerm:
+                    self._rs_leader_seen = time.monotonic()
+                    self._rs_prevote_won = False
+                    self._rs_prevote_failures = 0
+                elif isinstance(term, int):
+                    self._rs_older_leader_seen = time.monotonic()
         if self._rs_joining and isinstance(message, dict) \
                 and message.get("type") in ("request_vote", "timeout_now"):
             # A joining node's file may still list a member that was removed meanwhile;

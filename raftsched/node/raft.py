@@ -213,6 +213,9 @@ class RaftNode(Replica):
         self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
         # Well inside the connection timeout: an idle connection is never dropped.
         self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
+        # Pre-vote: a node back from a pause, a partition or a stall of its own Raft
+        # thread (a loaded host) never deposes a working leader (compat.RaftSyncObj).
+        self.sync._rs_prevote = os.environ.get("RAFTSCHED_PREVOTE", "1") != "0"
         self.sync.__init__(self_addr, self.peers, conf=conf, consumers=[self._consumer])
         self.sync.addOnTickCallback(self._run_tick_actions)
         tick_thread = getattr(self.sync, "_SyncObj__thread", None)
