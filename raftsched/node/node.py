@@ -47,6 +47,7 @@ from raftsched.node import (
     audit,
     eventpolicy,
     events,
+    gcwatch,
     membercheck,
     membership,
     notifier,
@@ -86,8 +87,13 @@ log = logging.getLogger("raftsched.node")
 #: (5_000, 4, 100) keeps young collections ≤ 9 ms and the middle one ≤ 17 ms, for
 #: ~1.5x the total (0.8 s of CPU per 900 s of W5, ``bench/results/2026-12-02-put-prep.md``).
 #: A full collection still walks the whole state, when a quarter of it is new since the
-#: last (CPython's rule).
-GC_THRESHOLDS = (5_000, 4, 100)
+#: last (CPython's rule): under a fire storm the state and the in-flight work grow fast,
+#: and full collections of 1-6 s (gcwatch's log) stalled every thread of the node,
+#: pysyncobj's included: J = 10,000 changed the term 17-41 times in a 15 s window.
+#: A full collection every 1,000 middle ones (50M net allocations, not 2M) and a middle
+#: one every 10 young kept the term still there, for middle collections up to ~2.5x
+#: longer (``bench/results/2026-12-03-w1-regression.md``).
+GC_THRESHOLDS = (5_000, 10, 1_000)
 #: How long a stopping leader tries to hand leadership over before it just leaves.
 SHUTDOWN_TRANSFER_S = 2.0
 #: Reads refused with not_ready while this node reaches no quorum (unless ``stale``).
@@ -468,6 +474,7 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
         shutdown.install(lambda: stop_now[0](), node_id,
                          shutdown.stop_limit_s(os.environ) + cfg.timing.stop_timeout_ms / 1000)
         gc.set_threshold(*GC_THRESHOLDS)
+        gcwatch.install()
         metrics = Metrics(node_id)
         node = Node(cfg, node_id, metrics=metrics, join=join)
     except (RaftschedError, OSError) as exc:
