@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"),
                     help="results folder (default bench/results)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (logs, data)")
+    ap.add_argument("--baseline-tree", metavar="DIR", default="",
+                    help="W1 also runs its storms with this source tree's code (e.g. a "
+                         "checkout of an older commit), in this invocation")
     args = ap.parse_args(argv)
     only = [x.strip().upper() for x in args.only.split(",") if x.strip()]
     only = ["PROF" if x in ("P", "PROFILE") else x for x in only]
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Ctx(quick=args.quick, tmp=tmp, out=os.path.abspath(args.out), stamp=stamp)
     command = f"python -m bench {' '.join(sys.argv[1:] if argv is None else argv)}".strip()
     facts = machine_facts()
+    if args.baseline_tree:
+        ctx.shared["baseline_tree"] = os.path.abspath(args.baseline_tree)
 
     def on_term(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

@@ -28,8 +28,39 @@ WORKERS = 1024
 
 
 def sizes(ctx: Ctx) -> tuple[list[int], int, int]:
-    """(J values, window seconds, warm-up seconds)."""
-    return ([100, 1000], 10, 3) if ctx.quick else ([100, 1000, 5000], 30, 5)
+    """(J values, window seconds, warm-up seconds). The quick run includes the J = 5,000
+    storm (the regression guard: run it before landing a change to raftsched/core or
+    raftsched/node); the full run offers more than this machine can run (J = 10,000
+    and 20,000), where overload must degrade by recorded outcomes, not elections."""
+    return ([100, 1000, 5000], 10, 3) if ctx.quick else ([100, 1000, 5000, 10_000, 20_000],
+                                                         30, 5)
+
+
+#: The benchmark of record's W1 figures (runs/s, lag, CPU, term changes per J), which
+#: every W1 run prints beside its own: ``python -m bench.w1 --record FILE.json`` makes
+#: a new one from a run's JSON.
+RECORD = os.path.join(ROOT, "bench", "results", "record-w1.json")
+
+
+def record_rows(own: dict[int, dict[str, Any]]) -> tuple[str, list[list[Any]]] | None:
+    """This run's storms beside the record's, per J both have."""
+    try:
+        with open(RECORD, encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    rows = []
+    for j, r in sorted(own.items()):
+        old = rec.get("storms", {}).get(str(j))
+        if old is None:
+            continue
+        rows.append([fmt(j), fmt(r["runs_per_s"]), fmt(old["runs_per_s"]),
+                     fmt(r["lag_call"]["p99"]), fmt(old["lag_call_p99"]),
+                     fmt(r["cpu_ms_per_run"], 3), fmt(old["cpu_ms_per_run"], 3),
+                     fmt(r["term_end"] - r["term_start"]), fmt(old["term_changes"]),
+                     fmt(r["fires"] - r["succeeded"]), fmt(old["not_succeeded"])])
+    return (f"this run vs the benchmark of record ({rec.get('source', '?')}, window "
+            f"{rec.get('seconds', '?')} s)", rows)
 
 
 # ------------------------------------------------------------------ baseline (a)
@@ -267,6 +298,35 @@ def run_w1(ctx: Ctx) -> Result:
                 "them. Counted by their own records here.")
         if r["problems"]:
             res.notes.append(f"J={j} node log warnings+: `{json.dumps(r['problems'])}`")
+    if ctx.shared.get("baseline_tree"):
+        from bench.w1tree import storm
+        tree = ctx.shared["baseline_tree"]
+        base_rows = []
+        for j in js:
+            ctx.log(f"W1 baseline tree {tree} J={j}")
+            b = storm(tree, j, seconds, warmup)
+            res.raw[f"baseline_{j}"] = b
+            mine = res.raw.get(f"raftsched_{j}")
+            if "error" in b:
+                base_rows.append([fmt(j), f"failed: {b['error'][:200]}"] + [""] * 8)
+                continue
+            base_rows.append([
+                fmt(j), fmt(mine["runs_per_s"]) if mine else "—", fmt(b["runs_per_s"]),
+                fmt(stats.ratio(mine["runs_per_s"], b["runs_per_s"]), 2) if mine else "—",
+                fmt(mine["lag_call"]["p99"]) if mine else "—", fmt(b["lag_call"]["p99"]),
+                fmt(mine["cpu_ms_per_run"], 3) if mine else "—", fmt(b["cpu_ms_per_run"], 3),
+                f"{mine['term_start']}→{mine['term_end']}" if mine else "—",
+                f"{b['term_start']}→{b['term_end']}"])
+        res.tables.append((f"this tree vs the baseline tree `{tree}`, same J and window",
+                           ["J", "runs/s", "baseline runs/s", "ratio", "lag(call) p99",
+                            "baseline p99", "CPU ms/run", "baseline CPU ms/run", "term",
+                            "baseline term"], base_rows))
+    own = {j: res.raw[f"raftsched_{j}"] for j in js if f"raftsched_{j}" in res.raw}
+    versus = record_rows(own)
+    if versus is not None and versus[1]:
+        res.tables.append((versus[0], ["J", "runs/s", "record", "lag(call) p99", "record",
+                                       "CPU ms/run", "record", "term changes", "record",
+                                       "not succeeded", "record"], versus[1]))
     res.tables.append((
         f"raftsched, {seconds} s window after warm-up (lags in ms)",
         ["J", "fire times", "runs/s", "lag(start rec) p50", "p99", "max", "lag(call) p50",
@@ -345,3 +405,32 @@ def _plot_cdf(ctx: Ctx, curves: dict[int, dict[str, list[float]]]) -> str:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def write_record(run_json: str, out: str = RECORD) -> None:
+    """Make ``out`` the record from a ``python -m bench`` JSON file's W1 storms."""
+    with open(run_json, encoding="utf-8") as f:
+        data = json.load(f)
+    w1 = next(r for r in data["results"] if r["name"] == "W1")
+    storms = {}
+    for key, r in w1["raw"].items():
+        if not key.startswith("raftsched_"):
+            continue
+        storms[key.split("_", 1)[1]] = {
+            "runs_per_s": r["runs_per_s"], "lag_call_p99": r["lag_call"]["p99"],
+            "cpu_ms_per_run": r["cpu_ms_per_run"],
+            "term_changes": r["term_end"] - r["term_start"],
+            "not_succeeded": r["fires"] - r["succeeded"]}
+    seconds = next(iter(w1["raw"].values())).get("seconds")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump({"source": os.path.basename(run_json), "command": data["command"],
+                   "seconds": seconds, "storms": storms}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m bench.w1")
+    ap.add_argument("--record", metavar="RUN_JSON", required=True,
+                    help="make bench/results/record-w1.json from this run's JSON")
+    write_record(ap.parse_args().record)
