@@ -267,6 +267,8 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     _rs_prevote = False
     #: A majority answered our pre-vote: the next expired deadline campaigns for real.
     _rs_prevote_won = False
+    #: The term we were in when that majority answered.
+    _rs_won_in_term = -1
     #: The round in flight: the term asked for, and who granted / answered.
     _rs_prevote_term = -1
     _rs_prevote_grants: frozenset[Any] = frozenset()
@@ -310,9 +312,10 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
         if self._rs_prevote:
             self._rs_before_election()
         super()._onTick(timeToWait)
-        if (self._rs_prevote_won
-                and self._SyncObj__raftState != _syncobj_module._RAFT_STATE.FOLLOWER):
-            # The election it allowed has begun (or we lead): the next one asks again.
+        if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
+            # The election it allowed has begun (the term moved): the next one asks
+            # again. (Not "no longer a follower": a candidate of a split vote asks too,
+            # and must keep its win until it campaigns.)
             self._rs_prevote_won = False
         if self._rs_ping_every_s > 0:
             now = time.monotonic()
@@ -410,6 +413,7 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     def _rs_allow_election(self, why: str = "") -> None:
         log.info("campaigning in term %d: %s", self._SyncObj__raftCurrentTerm + 1, why)
         self._rs_prevote_won = True
+        self._rs_won_in_term = self._SyncObj__raftCurrentTerm
         self.rs_elections += 1
         self._SyncObj__raftElectionDeadline = 0  # pysyncobj's tick campaigns now
 
