@@ -72,7 +72,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser,
     p = sub.add_parser("backup", parents=[common],
                        help="write a consistent backup of the cluster's state to FILE")
     p.add_argument("file", metavar="FILE")
-    p.set_defaults(run=lambda a: cmd_backup(a, client_of), timeout=120.0)
+    p.set_defaults(run=lambda a: cmd_backup(a, client_of), default_timeout=120.0)
     p = sub.add_parser("restore", help="seed a new cluster's data dirs from a backup FILE")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--config", required=True, metavar="PATH",

@@ -84,8 +84,26 @@ def _client(args: argparse.Namespace) -> Any:
     for item in args.addr or [os.environ.get(ADDR_ENV) or DEFAULT_ADDR]:
         addrs.extend(a.strip() for a in item.split(",") if a.strip())
     # No secret in the environment: the Client finds a local node's generated one.
-    return Client(addrs or [DEFAULT_ADDR], timeout=args.timeout, secret_env=args.secret_env,
-                  tls_ca=args.tls_ca)
+    return Client(addrs or [DEFAULT_ADDR], timeout=command_timeout(args),
+                  secret_env=args.secret_env, tls_ca=args.tls_ca)
+
+
+#: What ``--timeout`` is when not given, unless the command sets its own
+#: (``default_timeout`` through ``set_defaults``: backup, add-node, remove-node).
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def command_timeout(args: argparse.Namespace) -> float:
+    """``--timeout`` if given, else the command's own default, else 10 s.
+
+    A command's own default must not be ``set_defaults(timeout=...)``: argparse shares
+    the ``--timeout`` action of the common parent among every subparser, and
+    ``set_defaults`` on one changes that action's default for all of them (every
+    command waited 120 s, the backup's). ``default_timeout`` is no action's dest, so it
+    stays the one parser's."""
+    if args.timeout is not None:
+        return float(args.timeout)
+    return float(getattr(args, "default_timeout", DEFAULT_TIMEOUT_S))
 
 
 def _emit(args: argparse.Namespace, result: Any, fmt: Callable[[Any], str]) -> None:
@@ -221,8 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--tls-ca", metavar="PATH",
                         help="CA certificate of a TLS cluster: speak TLS, accept only nodes "
                              "it signed (default: $RAFTSCHED_TLS_CA, else no TLS)")
-    common.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS",
-                        help="seconds a command may take, failover included (default 10)")
+    common.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                        help="seconds a command may take, failover included (default 10; "
+                             "backup 120, cluster add-node 90, remove-node 150)")
 
     parser = argparse.ArgumentParser(
         prog="raftsched", description="A Raft-replicated distributed job scheduler.")
@@ -261,14 +280,14 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--force", action="store_true",
                    help="add it even if the cluster would then lack a reachable majority")
     q.set_defaults(run=_simple("add_node", format_member, lambda a: {
-        "node_id": a.id, "raft": a.raft, "api": a.api, "force": a.force}), timeout=90.0)
+        "node_id": a.id, "raft": a.raft, "api": a.api, "force": a.force}), default_timeout=90.0)
     q = csub.add_parser("remove-node", parents=[common],
                         help="remove node ID (drained first; its runs end)")
     q.add_argument("id", metavar="ID")
     q.add_argument("--wait", type=_positive_float, default=60.0, metavar="SECONDS",
                    help="how long its runs may take to end (default 60)")
     q.set_defaults(run=_simple("remove_node", format_member, lambda a: {
-        "node_id": a.id, "wait": a.wait}), timeout=150.0)
+        "node_id": a.id, "wait": a.wait}), default_timeout=150.0)
 
     p = sub.add_parser("local", help="run a whole cluster on loopback, for trying it out")
     p.add_argument("--nodes", type=_positive_int, default=3, metavar="N",
