@@ -20,12 +20,33 @@ def format_notifications(runs: list[dict[str, Any]]) -> str:
         ["RUN_ID", "NOTIFY", "ATTEMPTS", "ERROR"], rows)
 
 
+def find_secret(args: argparse.Namespace) -> str | None:
+    """The cluster secret the way every client command finds it: ``$secret_env``, else
+    ``$RAFTSCHED_SECRET_FILE``, else the file the node at the first ``--addr`` (or
+    ``$RAFTSCHED_ADDR``, or the default address) registered for this user."""
+    from raftsched.wire.client import DEFAULT_ADDR
+    from raftsched.wire.secretfile import candidate_secrets
+    secret = os.environ.get(args.secret_env)
+    if secret:
+        return secret
+    addrs = [a.strip() for item in (args.addr or [os.environ.get("RAFTSCHED_ADDR")
+                                                  or DEFAULT_ADDR])
+             for a in item.split(",") if a.strip()]
+    for addr in addrs[:1] or [DEFAULT_ADDR]:
+        found = candidate_secrets(addr)
+        if found:
+            return found[0]
+    return None
+
+
 def _cmd_notify_key(args: argparse.Namespace) -> int:
     from raftsched.wire.webhook import notify_key
-    secret = os.environ.get(args.secret_env)
+    secret = find_secret(args)
     if not secret:
-        raise InvalidArgument("--secret-env", f"${args.secret_env} is not set: the webhook "
-                                              "key is derived from the cluster secret")
+        raise InvalidArgument("--secret-env", f"${args.secret_env} is not set, nor "
+                                              "$RAFTSCHED_SECRET_FILE, and no local node "
+                                              "registered its secret: the webhook key is "
+                                              "derived from the cluster secret")
     print(notify_key(secret))
     return 0
 
