@@ -185,7 +185,7 @@ def format_status(status: dict[str, Any]) -> str:
     lines.append(f"this node: {clean(status.get('node'))}  leader: "
                  f"{clean(_dash(status.get('leader')))} ({clean(_dash(status.get('leader_addr')))})"
                  f"  term: {status.get('term')}  commit: {status.get('commit_index')}"
-                 f"  applied: {status.get('applied')}")
+                 f"  applied: {status.get('applied_index', status.get('applied'))}")
     totals = status.get("totals") or {}
     if totals:
         lines.append("totals: " + " ".join(f"{clean(k)}={v}" for k, v in sorted(totals.items())))

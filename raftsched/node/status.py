@@ -62,6 +62,7 @@ class StatusView:
                     st.applied, notify)
 
         nodes, leader, jobs, active, totals, applied, notify = raft.read(copy)
+        commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
         leader_addr = raft.leader_addr()
         leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
         alive = sum(1 for n in nodes if n["alive"] and n["connected"] and not n["removed"])
@@ -93,7 +94,13 @@ class StatusView:
             "node": self.node_id, "pid": os.getpid(), "cluster_id": self.cluster_id(),
             "leader": leader_id, "leader_addr": leader_addr,
             "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
-            "jobs": jobs, "active_runs": active, "commit_index": raw.get("commit_idx"),
+            "jobs": jobs, "active_runs": active, "commit_index": commit,
+            # The log index of the last entry applied here (no-op and membership entries
+            # count, as in the commit index; ``applied`` counts commands only).
+            "applied_index": applied_index,
+            "apply_lag": (max(commit - applied_index, 0)
+                          if isinstance(commit, int) and isinstance(applied_index, int)
+                          else None),
             "applied": applied, "totals": totals, "now_ms": now,
             "leader_record": leader, "notify": notify, "membership": members,
             # Each member's HTTP API/dashboard address (config; absent: that node serves

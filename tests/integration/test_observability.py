@@ -145,3 +145,24 @@ def test_local_starts_a_cluster_feeds_runs_and_stops_on_ctrl_c(tmp_path):
     assert any("raftsched local: stopped" in ln for ln in lines)
     started = [ln for ln in lines if "run.started" in ln]
     assert re.search(r"\[n[123]\] run\.started +feed@\d+", started[0]), started[0]
+
+
+def test_status_apply_lag_is_the_log_position_not_a_count_of_commands(cluster_factory):
+    """Issue 29 item 3: the lag is the commit index minus the index of the last entry
+    applied on this node. Counting the state machine's commands instead left a gap
+    (the no-op each election appends, membership entries) that never closed."""
+    c = cluster_factory(3)
+    c.start_all()
+    leader = c.wait_leader()
+    with c.client() as cl:
+        cl.put_job({"id": "lag", "schedule": {"every": "1h"}, "command": ["true"]})
+
+    def settled() -> dict | None:
+        st = c.status(leader)
+        return st if st.get("apply_lag") == 0 else None
+
+    st = wait_until(settled, 20, "an idle leader with nothing left to apply")
+    assert st["applied_index"] == st["commit_index"]
+    # The old figure: commands applied, fewer than the log's entries (the precondition
+    # that made it a false lag).
+    assert st["applied"] < st["commit_index"]

@@ -161,7 +161,9 @@ function renderStatus(st) {
   $("summary").textContent = st.summary;
   $("leader").textContent = st.leader || "none";
   $("term").textContent = st.term;
-  const lag = (st.commit_index != null && st.applied != null) ? st.commit_index - st.applied : null;
+  // The log index applied here vs the commit index (both count every entry; the
+  // state machine's own count of commands, st.applied, does not).
+  const lag = st.apply_lag != null ? st.apply_lag : null;
   $("lag").textContent = lag == null ? "-" : `${lag} entries`;
   $("jobs-count").textContent = st.jobs;
   $("active-runs").textContent = st.active_runs;
