@@ -269,18 +269,16 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     _rs_prevote_won = False
     #: The term we were in when that majority answered.
     _rs_won_in_term = -1
-    #: The round in flight: the term asked for, and who granted / answered.
+    #: The round in flight: the term asked for, and who granted it.
     _rs_prevote_term = -1
     _rs_prevote_grants: frozenset[Any] = frozenset()
-    _rs_prevote_answers: frozenset[Any] = frozenset()
     #: When (monotonic) the current leader's last append reached us.
     _rs_leader_seen = 0.0
     #: When a leader of an older term last sent us an append (we are ahead of it).
     _rs_older_leader_seen = 0.0
     #: Rounds in a row that ended without a majority (reset by a current leader).
     _rs_prevote_failures = 0
-    #: Pre-vote rounds and real elections begun by this node (statistics).
-    rs_prevotes = 0
+    #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
 
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
@@ -368,9 +366,10 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
         working leader with a higher term.
 
         Exceptions, as etcd's: a leadership transfer's target campaigns at once (its
-        leader asked it to), and a node that a leader of an older term keeps
-        appending to (it raised its term in a campaign that failed) campaigns
-        without asking: nobody would grant it, and it could never rejoin otherwise.
+        leader asked it to), and a node refused ``PREVOTE_STUCK_ROUNDS`` rounds in a
+        row while a leader of an older term appends to it (it raised its term in a
+        campaign that failed) campaigns without asking: nobody would grant it, and it
+        could never rejoin otherwise.
         Safety is Raft's: a real election is unchanged; pre-vote only delays one."""
         st = _syncobj_module._RAFT_STATE
         if (self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)
@@ -398,10 +397,8 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
             return
         if self._rs_prevote_term == self._SyncObj__raftCurrentTerm + 1:
             self._rs_prevote_failures += 1  # the last round asked for this term too
-        self.rs_prevotes += 1
         self._rs_prevote_term = self._SyncObj__raftCurrentTerm + 1
         self._rs_prevote_grants = frozenset()
-        self._rs_prevote_answers = frozenset()
         # The round lasts one election timeout; then the next round asks again.
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         ask = {"type": PREVOTE, "term": self._rs_prevote_term,
@@ -450,7 +447,6 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
                 or self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)
                 or self._SyncObj__raftCurrentTerm + 1 != self._rs_prevote_term):
             return  # an old round's answer
-        self._rs_prevote_answers |= {node}
         if message.get("granted") is True:
             self._rs_prevote_grants |= {node}
             if len(self._rs_prevote_grants) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2:
