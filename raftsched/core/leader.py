@@ -80,6 +80,8 @@ class LeaderContext:
     :var since_ms: when it became leader (for miss reasons).
     :var boot_ms: when its process started (for miss reasons).
     :var live: the nodes that may take work.
+    :var budget: runs this plan may create or place (admission control grants it;
+        at most ``MAX_RUNS_PER_PLAN``).
     """
 
     node_id: str
@@ -89,6 +91,7 @@ class LeaderContext:
     since_ms: int
     boot_ms: int
     live: tuple[Capacity, ...] = field(default=())
+    budget: int = MAX_RUNS_PER_PLAN
 
 
 def place(live: list[Capacity], tags: tuple[str, ...], rotor: int,
@@ -204,7 +207,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
     nxt: list[Next] = []
     versions: dict[str, int] = {}
     rotor = ctx.now_ms // 1000
-    budget = MAX_RUNS_PER_PLAN
+    budget = min(ctx.budget, MAX_RUNS_PER_PLAN)
     catch_ups = 0
     last_leader_ms = inp.last_leader_ms
 

@@ -53,7 +53,7 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__raftState", "_SyncObj__transport",
                         "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
                         "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
-                        "_poller")),
+                        "_SyncObj__raftMatchIndex", "_poller")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset")),
@@ -280,6 +280,19 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
     _rs_prevote_failures = 0
     #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
+
+    def rs_follower_lag(self) -> int:
+        """Leader only: how many entries the slowest connected follower lacks of this
+        log (0 elsewhere, or alone). Read from another thread: a dict copy and ints,
+        consistent enough for a congestion signal (admission control)."""
+        if self._SyncObj__raftState != _syncobj_module._RAFT_STATE.LEADER:
+            return 0
+        last = self._SyncObj__getCurrentLogIndex()
+        lag = 0
+        for node, idx in list(self._SyncObj__raftMatchIndex.items()):
+            if self.isNodeConnected(node):
+                lag = max(lag, last - idx)
+        return lag
 
     def _SyncObj__onNodeDisconnected(self, node: Any) -> None:
         """A leader's process that dies (SIGKILL, a crash, an OOM kill) has its sockets

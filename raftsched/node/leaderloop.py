@@ -34,11 +34,20 @@ from raftsched.core.commands import (
     Plan,
     Read,
     Release,
+    RunFire,
 )
 from raftsched.core.errors import NotReady, RaftschedError
-from raftsched.core.leader import Capacity, LeaderContext, PlanInput, plan_from, plan_input
+from raftsched.core.leader import (
+    MAX_RUNS_PER_PLAN,
+    Capacity,
+    LeaderContext,
+    PlanInput,
+    plan_from,
+    plan_input,
+)
 from raftsched.core.state import ClusterState
 from raftsched.node import applyops, events, membership
+from raftsched.node.admission import Admission, AdmissionStatistics
 from raftsched.node.clock import SYSTEM_CLOCK, Clock
 from raftsched.node.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 
@@ -120,6 +129,8 @@ class LeaderLoop:
         self._next_done_scan = 0.0
         #: This term's plans in flight, and those whose commit failed (plans.py).
         self.book = PlanBook()
+        #: The runs per second this term's plans may create (admission.py).
+        self.admission = Admission(self.clock.monotonic())
 
     def wake(self) -> None:
         self._wake.set()
@@ -129,7 +140,13 @@ class LeaderLoop:
         self._wake.set()
 
     def saw_heartbeat(self, node_id: str, at_ms: int) -> None:
-        self.last_seen[node_id] = self.clock.monotonic()
+        mono = self.clock.monotonic()
+        prev = self.last_seen.get(node_id)
+        if prev is not None and self.active:
+            # Heartbeats landing later than their period: a self-fence is near.
+            self.admission.observe(
+                heartbeat_late_s=mono - prev - self.cfg.timing.heartbeat_ms / 1000)
+        self.last_seen[node_id] = mono
         self.last_hb[node_id] = at_ms
         self.lost.discard(node_id)
         # The sender's clock minus ours, give or take one commit (~1 ms on loopback).
@@ -231,6 +248,7 @@ class LeaderLoop:
             # starts as the config file's (members compare their files at boot).
             await self._commit(membership.seed_command(self.cfg, self.clock.now_ms()))
         self.since_ms, self.since_mono = since, self.clock.monotonic()
+        self.admission = Admission(self.since_mono)
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
         # Every node gets a full node timeout from our start before we call it lost.
@@ -260,7 +278,14 @@ class LeaderLoop:
         if nxt is not None:
             lead = nxt - self.cfg.timing.lookahead_ms - self.clock.now_ms()
             delay = min(delay, max(lead / 1000, STALL_S))
+            # Held back by admission control: until the next run may be granted.
+            delay = max(delay, min(self.admission.wait_s(self.clock.monotonic()),
+                                   HOUSEKEEPING_S))
         return delay
+
+    def admission_statistics(self) -> AdmissionStatistics | None:
+        """This term's admission control, or None when not leading."""
+        return self.admission.statistics() if self.active else None
 
     def request_transfer(self, to: str | None) -> None:
         """An operator asked for leadership to move (to node ``to``, or anywhere)."""
@@ -433,8 +458,18 @@ class LeaderLoop:
         the caller should plan again at once (progress, or more may be due)."""
         book = self.book
         book.reap()
+        mono = self.clock.monotonic()
+        adm = self.admission
+        adm.observe(follower_lag=self.raft.follower_lag(), queue=self.raft.pending,
+                    commit_s=mono - book.inflight[0].submitted if book.inflight else None,
+                    tick_gap_s=self.raft.take_tick_gap())
         if len(book.inflight) >= MAX_PLANS_IN_FLIGHT:
             return await self._await_oldest()
+        budget = adm.grant(MAX_RUNS_PER_PLAN, mono)
+        if budget <= 0:
+            # Over the rate the cluster absorbs: the due jobs wait (their late fire
+            # times are recorded by their misfire policy when they are reached).
+            return await self._await_oldest() if book.inflight else False
         t0 = time.perf_counter()
         connected = self.raft.connected_peers()
         skip_jobs, skip_runs, extra = book.held()
@@ -447,13 +482,15 @@ class LeaderLoop:
             ctx = LeaderContext(node_id=self.node_id, term=self.term or 0,
                                 now_ms=self.clock.now_ms(),
                                 lookahead_ms=self.cfg.timing.lookahead_ms,
-                                since_ms=self.since_ms, boot_ms=self.boot_ms, live=live)
+                                since_ms=self.since_ms, boot_ms=self.boot_ms, live=live,
+                                budget=budget)
             return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,
                                    skip_runs=skip_runs)
 
         ctx, inp = self.raft.read(copy)
         cmd = plan_from(inp, ctx)
         self.plan_seconds += time.perf_counter() - t0
+        adm.refund(budget - _runs_in(cmd))
         if cmd is None:
             if book.inflight:
                 return await self._await_oldest()
@@ -461,16 +498,19 @@ class LeaderLoop:
         self.plans += 1
         task = asyncio.get_running_loop().create_task(self._commit_plan(cmd))
         task.add_done_callback(lambda _t: self._wake.set())
-        book.add(cmd, task)
+        book.add(cmd, task, submitted=mono)
         return True
 
     async def _commit_plan(self, cmd: Plan) -> dict[str, Any] | None:
         """A plan's commit, run as a task: any failure is a plan not committed."""
+        t0 = self.clock.monotonic()
         try:
             return await self._commit(cmd)
         except Exception:  # noqa: BLE001 - a bug in one commit must not stop the loop
             log.exception("plan commit failed")
             return None
+        finally:
+            self.admission.observe(commit_s=self.clock.monotonic() - t0)
 
     async def _await_oldest(self) -> bool:
         """Wait for the oldest plan in flight; True if it made progress. A plan whose
@@ -492,6 +532,13 @@ class LeaderLoop:
             return False
         self.book.committed(seq)
         return True
+
+
+def _runs_in(cmd: Plan | None) -> int:
+    """Runs a plan creates or places (what admission control counts)."""
+    if cmd is None:
+        return 0
+    return len(cmd.place) + sum(1 for f in cmd.fires if isinstance(f, RunFire))
 
 
 def _holds_assigned(node_id: str, st: ClusterState) -> bool:

@@ -209,7 +209,8 @@ class Node:
         # The cluster id is read at each request: a secret rotation changes it.
         status = StatusView(raft=self.raft, cfg=cfg, node_id=node_id,
                             raft_to_id=self.raft_to_id, cluster_id=lambda: self.cluster_id,
-                            worker_statistics=self.worker.statistics)
+                            worker_statistics=self.worker.statistics,
+                            admission_statistics=self.leader.admission_statistics)
         self.writes = ClientWrites(
             raft=self.raft, quorum_problem=status.quorum_problem,
             quorum_grace_s=max(cfg.timing.election_timeout_max_ms / 1000, 0.5))

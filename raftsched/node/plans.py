@@ -37,6 +37,7 @@ class InFlight:
     :var size: its items (a plan whose every item is refused made no progress).
     :var task: its commit.
     :var seq: its place in the order the loop submitted commands.
+    :var submitted: when (the loop's monotonic clock) it was submitted.
     """
 
     jobs: frozenset[str]
@@ -45,9 +46,11 @@ class InFlight:
     size: int
     task: asyncio.Task[dict[str, Any] | None]
     seq: int = 0
+    submitted: float = 0.0
 
 
-def in_flight(cmd: Plan, task: asyncio.Task[dict[str, Any] | None], seq: int = 0) -> InFlight:
+def in_flight(cmd: Plan, task: asyncio.Task[dict[str, Any] | None], seq: int = 0,
+              submitted: float = 0.0) -> InFlight:
     """What the next plans must leave out while ``cmd`` commits."""
     jobs = {f.job for f in cmd.fires if isinstance(f, RunFire | MissFire)} | {
         n.job for n in cmd.next if isinstance(n, Next)} | set(cmd.versions)
@@ -57,7 +60,7 @@ def in_flight(cmd: Plan, task: asyncio.Task[dict[str, Any] | None], seq: int = 0
     load.update(f.node for f in cmd.fires
                 if isinstance(f, RunFire) and f.node is not None and not f.queued)
     return InFlight(jobs=frozenset(jobs), runs=frozenset(runs), load=load, size=cmd.size(),
-                    task=task, seq=seq)
+                    task=task, seq=seq, submitted=submitted)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -79,8 +82,9 @@ class PlanBook:
         self.seq += 1
         return self.seq
 
-    def add(self, cmd: Plan, task: asyncio.Task[dict[str, Any] | None]) -> None:
-        self.inflight.append(in_flight(cmd, task, self.next_seq()))
+    def add(self, cmd: Plan, task: asyncio.Task[dict[str, Any] | None],
+            submitted: float = 0.0) -> None:
+        self.inflight.append(in_flight(cmd, task, self.next_seq(), submitted))
 
     def committed(self, seq: int) -> None:
         """Submission ``seq`` committed: every one before it is settled."""

@@ -157,6 +157,11 @@ class RaftNode(Replica):
         self.on_effects = on_effects
         self.max_pending = max_pending
         self._pending = 0
+        #: The Raft thread's last tick (monotonic) and the longest gap between two
+        #: ticks since :meth:`take_tick_gap` last read it: a thread starved of the GIL
+        #: or the CPU sends no heartbeats meanwhile (admission control's signal).
+        self._last_tick = time.monotonic()
+        self._tick_gap = 0.0
         self._pending_lock = threading.Lock()
         self.apply_seconds = 0.0
         self.apply_count = 0
@@ -321,6 +326,10 @@ class RaftNode(Replica):
         """Raft thread, every tick: run what other threads asked to run there. (One
         permanent tick callback: pysyncobj holds a non-reentrant lock around them, so a
         callback that unregistered itself deadlocked the Raft thread.)"""
+        now = time.monotonic()
+        gap, self._last_tick = now - self._last_tick, now
+        if gap > self._tick_gap:
+            self._tick_gap = gap
         while self._tick_actions:
             try:
                 self._tick_actions.popleft()()
@@ -343,6 +352,18 @@ class RaftNode(Replica):
         """Raft address -> is the TCP connection to it up (a SIGKILL shows in ~5 ms)."""
         return {str(node.address): bool(self.sync.isNodeConnected(node))
                 for node in self.sync.otherNodes}
+
+    def take_tick_gap(self) -> float:
+        """The longest gap between two Raft ticks since the last call (seconds)."""
+        gap, self._tick_gap = self._tick_gap, 0.0
+        return max(gap, time.monotonic() - self._last_tick)
+
+    def follower_lag(self) -> int:
+        """On the leader, the entries its slowest connected follower lacks (else 0)."""
+        try:
+            return int(self.sync.rs_follower_lag())
+        except Exception:  # noqa: BLE001 - a signal, best effort (a dict resized meanwhile)
+            return 0
 
     def raft_members(self) -> set[str]:
         """The Raft addresses of the voting members as this replica's pysyncobj knows

@@ -12,6 +12,7 @@ from raftsched.node.clock import now_ms
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
+    from raftsched.node.admission import AdmissionStatistics
     from raftsched.node.config import ClusterConfig
     from raftsched.node.raft import RaftNode
     from raftsched.node.worker import WorkerStatistics
@@ -36,6 +37,8 @@ class StatusView:
     cluster_id: Callable[[], str]
     #: This node's worker pool's statistics (called on the event loop).
     worker_statistics: Callable[[], WorkerStatistics]
+    #: The leader loop's admission control (None when this node does not lead).
+    admission_statistics: Callable[[], AdmissionStatistics | None] = lambda: None
 
     def build(self) -> dict[str, Any]:
         """The ``status`` reply (see the README for its fields)."""
@@ -45,7 +48,8 @@ class StatusView:
         now = now_ms()
 
         def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
-                                             dict[str, int], int, dict[str, Any]]:
+                                             dict[str, int], int, dict[str, Any],
+                                             int | None]:
             nodes = []
             for node_id, rec in sorted(st.nodes.items()):
                 addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
@@ -59,9 +63,9 @@ class StatusView:
             notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
                       "pending": len(st.notify.pending)}
             return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
-                    st.applied, notify)
+                    st.applied, notify, st.next_due_ms())
 
-        nodes, leader, jobs, active, totals, applied, notify = raft.read(copy)
+        nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(copy)
         commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
         leader_addr = raft.leader_addr()
         leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
@@ -90,6 +94,7 @@ class StatusView:
             summary += (f"; membership: {len(members['problems'])} difference(s) to resolve "
                         f"(see below)")
         worker = self.worker_statistics()
+        admission = self.admission_statistics()
         return {
             "node": self.node_id, "pid": os.getpid(), "cluster_id": self.cluster_id(),
             "leader": leader_id, "leader_addr": leader_addr,
@@ -102,6 +107,13 @@ class StatusView:
                           if isinstance(commit, int) and isinstance(applied_index, int)
                           else None),
             "applied": applied, "totals": totals, "now_ms": now,
+            # The oldest fire time no plan has reached yet (None: no job is due), and
+            # how far behind the clock it is: a leader held back by admission control
+            # reaches its jobs late; their fire times have no record until it does.
+            "next_due_ms": next_due,
+            "due_behind_ms": max(now - next_due, 0) if next_due is not None else 0,
+            # The leader's admission control (admission.py); None on other nodes.
+            "admission": admission.to_dict() if admission is not None else None,
             "leader_record": leader, "notify": notify, "membership": members,
             # Each member's HTTP API/dashboard address (config; absent: that node serves
             # none).

@@ -46,6 +46,16 @@ class Replica:
     def read(self, fn: Any) -> Any:
         return fn(self.st)
 
+    #: Commands waiting in the Raft queue and the slowest follower's lag: admission
+    #: control's signals (none here).
+    pending = 0
+
+    def follower_lag(self) -> int:
+        return 0
+
+    def take_tick_gap(self) -> float:
+        return 0.0
+
     def connected_peers(self) -> dict[str, bool]:
         return dict(self.connected)
 
@@ -71,7 +81,7 @@ class Leader:
         self.raft = Replica(st, term=1)
         nodes = [SimpleNamespace(id=n, raft=a, api=f"{a[:-4]}8001") for n, a in ADDR.items()]
         cfg: Any = SimpleNamespace(nodes=nodes, timing=SimpleNamespace(
-            node_timeout_ms=TIMEOUT_MS, lookahead_ms=250))
+            node_timeout_ms=TIMEOUT_MS, lookahead_ms=250, heartbeat_ms=500))
         raft: Any = self.raft
         self.loop = LeaderLoop(
             node_id="n1", raft=raft, raft_to_id={a: n for n, a in ADDR.items()},

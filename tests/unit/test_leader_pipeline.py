@@ -54,6 +54,16 @@ class FakeRaft:
     def read(self, fn: Any) -> Any:
         return fn(self.st)
 
+    #: Commands waiting in the Raft queue and the slowest follower's lag: admission
+    #: control's signals (none here).
+    pending = 0
+
+    def follower_lag(self) -> int:
+        return 0
+
+    def take_tick_gap(self) -> float:
+        return 0.0
+
     def connected_peers(self) -> dict[str, bool]:
         return {}
 
@@ -332,3 +342,48 @@ def test_pipelined_bounded_plans_never_plan_a_fire_twice_or_lose_one(
     assert [r["rejected"] for r in raft.replies if r["rejected"]] == []
     assert raft.over <= 0, "a node got more runs than slots: plans in flight uncounted"
     check_all_accounted(h.st, h.clock.now_ms())
+
+
+def test_over_the_admitted_rate_jobs_are_reached_late_and_every_fire_time_is_accounted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: 300 every-second jobs offered to a leader admitting 100 runs/s (growth
+    off). It creates no more runs than the rate allows; the jobs it reaches late fold
+    their older fire times into one ``coalesced`` record each; once it has caught up
+    (rate lifted), every fire time has exactly one outcome."""
+    from raftsched.node import admission
+
+    monkeypatch.setattr(admission, "SLOW_START", 1.0)
+    monkeypatch.setattr(admission, "INCREASE", 0.0)
+    jobs = [(f"j{i:03d}", {"every": "1s"}) for i in range(300)]
+    h = Harness(cluster(jobs, slots=1000))
+    h.clock.step_wall(T0 - LOOKAHEAD - h.clock.now_ms())
+    h.loop.admission = admission.Admission(h.clock.monotonic(), start_rate=100.0)
+    created: list[int] = []
+
+    async def second() -> None:
+        before = len(h.raft.plans)
+        for _ in range(200):
+            if not await h.plan():
+                break
+        while h.raft.queue:
+            h.raft.commit()
+        await h.settle()
+        h.run_all()
+        created.append(sum(_runs_in(p) for p in h.raft.plans[before:]))
+
+    async def main() -> None:
+        for _ in range(10):
+            await second()
+            h.clock.advance(1.0)
+        h.loop.admission = admission.Admission(h.clock.monotonic(), start_rate=1e6)
+        await h.drain()
+
+    asyncio.run(main())
+    # 100 runs/s, plus the first bucket of one second's worth.
+    assert sum(created[:10]) <= 100 * 10 + 100, created
+    assert all(n <= 200 for n in created[:10]), created
+    st = h.st
+    coalesced = [r for recs in st.history.values() for r in recs
+                 if r.state == "missed" and r.reason == "coalesced"]
+    assert coalesced, "late jobs fold their older fire times into one record"
+    check_all_accounted(st, h.clock.now_ms())
