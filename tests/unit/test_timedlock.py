@@ -65,6 +65,9 @@ def test_a_slow_hold_is_logged_with_its_site_and_what(caplog: pytest.LogCaptureF
     assert len(planned) == 1, slow
     assert "raft lock held" in planned[0] and "test_timedlock:_hold:" in planned[0]
     # Asleep, not working: the holder's CPU time says so.
-    assert re.match(r"raft lock held \d+\.\d ms \(cpu 0\.\d ms\) at ", planned[0]), planned[0]
+    # (A few ms of CPU on a loaded machine: the sleep's own wake-ups, not work.)
+    m = re.match(r"raft lock held (\d+\.\d) ms \(cpu (\d+\.\d) ms\) at ", planned[0])
+    assert m is not None, planned[0]
+    assert float(m.group(2)) < 50 < float(m.group(1)), planned[0]
     assert all("fires" not in m for m in slow if m is not planned[0])
     assert lock.max_hold_site.startswith(f"{__name__}:_hold:") and lock.what == ""
