@@ -624,3 +624,27 @@ def test_the_copy_under_the_lock_is_bounded_and_leaves_out_what_is_in_flight() -
     # The index keeps every job (skipped ones too): all are read again once committed.
     assert len(plan_input(st, later).due) == MAX_JOBS_PER_PLAN
     assert len(st.due_jobs(later, 10 * n)) == n
+
+
+def test_a_followers_due_index_stays_bounded_and_right() -> None:
+    """A follower applies every plan's next fire times and never reads its due index
+    (only the leader's plans do): it must not grow by an entry per fire time, and the
+    earliest due time it answers (status ``next_due_ms``) stays the true one."""
+    from raftsched.core import state as core_state
+
+    st = fresh(3, slots=10_000)
+    for i in range(10):
+        put(st, f"f{i}", at=T0 - 5 * S, schedule={"every": "1s"}, overlap="allow")
+    leader_view = fresh(3, slots=10_000)
+    for i in range(10):
+        put(leader_view, f"f{i}", at=T0 - 5 * S, schedule={"every": "1s"}, overlap="allow")
+    for k in range(400):
+        now = T0 + k * S
+        cmd = leader.plan(leader_view, ctx(leader_view, now))
+        assert cmd is not None
+        ok(leader_view, cmd.to_wire())
+        ok(st, cmd.to_wire())  # the follower only applies
+        leader_view.take_effects()
+        st.take_effects()
+    assert len(st.due) <= 2 * len(st.jobs) + core_state.DUE_SLACK
+    assert st.next_due_ms() == min(r.next_ms for r in st.jobs.values())
