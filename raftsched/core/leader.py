@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from raftsched.core.commands import Drop, Fire, MissFire, Next, Place, Plan, RunFire
 from raftsched.core.misses import classify, late_reason, overlap_decision
-from raftsched.core.model import MissReason
+from raftsched.core.model import MissReason, Overlap
 from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
@@ -293,11 +293,15 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 rotor += 1
             budget -= 1
             items.append(RunFire(spec.id, fire, target.node_id if target else None, queued))
-            # Overlap is judged against the runs active before this plan: several fire
-            # times in one plan only happen in a catch-up, which the policy asked for.
-            # But overlap = queue buffers ONE fire: the later ones see it and are skipped.
+            # A run this plan creates is the job's previous run for the next fire time
+            # in the same plan (a catch-up, or a late fire beside an on-time one):
+            # under skip/queue the later one is skipped, queued behind it, or decided
+            # at its fire time, never started beside it (issue 27 item 6). Under
+            # overlap = queue the buffered fire is one: later ones see it and skip.
             if queued:
                 active.append((f"{spec.id}@{fire}", "queued"))
+            elif spec.overlap in (Overlap.skip, Overlap.queue):
+                active.append((f"{spec.id}@{fire}", "assigned"))
             hwm = fire
         fires.extend(_merge_misses(items))
         versions[spec.id] = rec.version

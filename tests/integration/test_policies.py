@@ -38,8 +38,12 @@ def test_catch_up_after_a_whole_cluster_stop_follows_each_policy(cluster_factory
                 "all": {"policy": "all", "grace": "1s", "max_catchup": 2}}
     with c.client() as cl:
         for name, misfire in policies.items():
+            # misfire = all catches up with runs side by side only under overlap =
+            # allow: under skip (the default) its first catch-up run is the previous
+            # run of the others (issue 27 item 6; tests/unit/test_leader_plan.py).
             cl.put_job({"id": f"m-{name}", "schedule": {"every": "1s"}, "misfire": misfire,
-                        "command": witness_command(ran)})
+                        "command": witness_command(ran),
+                        **({"overlap": "allow"} if name == "all" else {})})
         wait_until(lambda: len({r["JOB_ID"] for r in read_witness(ran)}) == 3, 15,
                    "every job ran once")
     # Kill half-way between fire times: no run is in flight (an interrupted run's
@@ -198,7 +202,10 @@ def test_pause_and_resume_with_and_without_catch_up(cluster_factory, tmp_path):
     ran = str(tmp_path / "ran.jsonl")
     with c.client() as cl:
         for j in ("p-plain", "p-catch"):
+            # overlap = allow: the catch-up runs side by side (under skip its first run
+            # would be the previous run of the others).
             cl.put_job({"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
+                        "overlap": "allow",
                         "misfire": {"policy": "all", "grace": "1s", "max_catchup": 3}})
         wait_until(lambda: len(read_witness(ran)) >= 2, 30, "first runs")
         cl.pause("p-plain")

@@ -626,6 +626,30 @@ def test_the_copy_under_the_lock_is_bounded_and_leaves_out_what_is_in_flight() -
     assert len(st.due_jobs(later, 10 * n)) == n
 
 
+@pytest.mark.parametrize("overlap", ["skip", "queue", "allow"])
+def test_a_catch_up_run_is_the_previous_run_for_the_fires_after_it(overlap: str) -> None:
+    """Issue 27 item 6: a cluster stalled past three fire times of a ``misfire = all``
+    job plans the catch-up and the on-time fire in one plan. Under ``skip`` one of them
+    runs and the others are recorded ``skipped (overlap)``; under ``queue`` one runs
+    and one is queued behind it; only ``allow`` starts them all at once."""
+    st = fresh(3, slots=4)
+    put(st, "c", at=T0 - 35 * S, overlap=overlap,
+        misfire={"policy": "all", "grace": "1s", "max_catchup": 10})
+    cmd = plan(st, ctx(st, T0 + 100))
+    assert cmd is not None
+    fires = cmd["fires"]
+    runs = [f for f in fires if f[0] == "run"]
+    skipped = sum(f[4] for f in fires if f[0] == "miss" and f[5:] == ["skipped", "overlap"])
+    if overlap == "allow":
+        assert [f[2] for f in runs] == [T0 - 30 * S, T0 - 20 * S, T0 - 10 * S, T0]
+        return
+    started = [f for f in runs if not f[4]]
+    queued = [f for f in runs if f[4]]
+    assert [f[2] for f in started] == [T0 - 30 * S], fires
+    assert len(queued) == (1 if overlap == "queue" else 0), fires
+    assert len(started) + len(queued) + skipped == 4, fires
+
+
 def test_a_followers_due_index_stays_bounded_and_right() -> None:
     """A follower applies every plan's next fire times and never reads its due index
     (only the leader's plans do): it must not grow by an entry per fire time, and the
