@@ -152,6 +152,27 @@ def test_after_its_own_pause_the_leader_releases_no_one_and_restarts_every_timer
     assert ldr.alive("n2")
 
 
+def test_a_pause_takes_only_its_own_time_out_of_a_silence_already_running() -> None:
+    """Issue 27: a loaded leader whose loop stalls now and then still releases a dead
+    peer about one node timeout after its last heartbeat, later only by the stalls (it
+    restarted every timer at each stall, and under load released minutes late)."""
+    ldr = Leader()
+    ldr.advance(1.0, beating=("n2", "n3"))
+    # n3 dies; the leader's loop stalls 0.4 s twice while n2 keeps beating.
+    for _ in range(2):
+        ldr.advance(0.5, beating=("n2",))
+        ldr.clock.advance(0.4)
+        ldr.heartbeat("n2")
+        ldr.loop.note_pause(0.4)
+        assert not ldr.look()
+    # 1.8 s since n3's last heartbeat, 0.8 s of them stalls: 1.0 s of silence counted;
+    # n3 is lost 3.9 s after its last heartbeat (restarting at each stall: 4.8 s).
+    ldr.advance(TIMEOUT_S - 1.0 - 0.1, beating=("n2",))
+    ldr.clock.advance(0.2)
+    assert [r.node for r in ldr.look()] == ["n3"]
+    assert ldr.alive("n2")
+
+
 def test_without_the_pause_watcher_the_same_pause_would_release_both_peers() -> None:
     # The control: what the watcher prevents (a woken leader calling healthy nodes lost).
     ldr = Leader()
