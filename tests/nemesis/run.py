@@ -19,7 +19,7 @@ from typing import Any
 
 from raftsched.wire.client import Client
 from tests.integration.harness import json_lines
-from tests.nemesis import checker
+from tests.nemesis import checker, promises
 from tests.nemesis.faults import KINDS, Nemesis
 from tests.nemesis.net import Net, clean_stale, new_tag
 from tests.nemesis.procs import Nodes
@@ -29,7 +29,10 @@ from tests.nemesis.workload import SIDE_KEYS, Monitor, Reader, Writer, job_specs
 CLASSES = ("no_outcome", "two_outcomes", "range_count", "double_execution",
            "fence_not_increasing", "overlapping_attempts", "freeze_window",
            "execution_without_record", "stale_read", "lost_write", "phantom_read",
-           "partial_read", "traceback")
+           "partial_read", "traceback",
+           # Issue 27 item 3 (tests/nemesis/promises.py): the promises kept by doing work.
+           "succeeded_without_execution", "unsettled", "guard_kill_at_start", "no_progress",
+           "job_overlap", "read_error_unexplained", "no_leader_after_heal")
 
 #: Classes that fail the CI test: every guarantee. Only ``freeze_window`` is measured,
 #: not failed: a node frozen together with its guard and jobs (a paused VM) cannot stop
@@ -89,21 +92,27 @@ def exclusive(wait_s: float) -> Iterator[None]:
 
 def run(*, nodes: int = 3, faults: int = 10, seed: int = 1, out: str, jobs: int = 12,
         budget_s: float | None = None, readers: int = 2, lock_wait_s: float = 3600,
-        per_round: int = 1, log: Any = print) -> dict[str, Any]:
+        per_round: int = 1, kinds: tuple[str, ...] = (), log: Any = print) -> dict[str, Any]:
     """Run ``faults`` faults (fewer if ``budget_s`` of fault time runs out), in rounds
     of one fault, or with ``per_round`` > 1 of 1 to ``2 * per_round - 1`` overlapping
-    faults (``per_round`` on average) applied within :data:`SPREAD_S` of each other."""
+    faults (``per_round`` on average) applied within :data:`SPREAD_S` of each other.
+    The first faults are ``kinds`` in that order (one each), the rest drawn at random."""
     with exclusive(lock_wait_s):
         return _run(nodes=nodes, faults=faults, seed=seed, out=out, jobs=jobs,
-                    budget_s=budget_s, readers=readers, per_round=per_round, log=log)
+                    budget_s=budget_s, readers=readers, per_round=per_round, kinds=kinds,
+                    log=log)
 
 
 #: In rounds of several faults, the later ones start within this of the first.
 SPREAD_S = 2.0
+#: After the last fault the workload goes on this long without faults: the fire times
+#: away from every fault (promises.AFTER_S after a heal) must show the work done.
+QUIET_TAIL_S = 15.0
 
 
 def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
-         budget_s: float | None, readers: int, per_round: int, log: Any) -> dict[str, Any]:
+         budget_s: float | None, readers: int, per_round: int, kinds: tuple[str, ...],
+         log: Any) -> dict[str, Any]:
     os.makedirs(out, exist_ok=True)
     rng = random.Random(seed)
     stale = clean_stale()
@@ -144,13 +153,17 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         nem = Nemesis(net, ns, rng, monitor.leader)
         t_faults = time.time()
         rounds = 0
+        leader_misses: list[float] = []
         while len(nem.log) < faults:
             if budget_s is not None and time.time() - t_faults > budget_s:
                 break
             rounds += 1
             k = 1 if per_round <= 1 else min(faults - len(nem.log),
                                              rng.randint(1, 2 * per_round - 1))
-            for f in nem.run_round(k, spread_s=SPREAD_S if k > 1 else 0.0):
+            forced = list(kinds[len(nem.log):len(nem.log) + k])
+            forced += [None] * (k - len(forced))  # type: ignore[list-item]
+            for f in nem.run_round(k, spread_s=SPREAD_S if k > 1 else 0.0,
+                                   kinds=forced if any(forced) else None):
                 log(f"round {rounds}, fault {nem.log.index(f) + 1}/{faults}: {f.kind} "
                     f"{f.targets} {f.detail}")
             # Between rounds: a leader again (bounded), then a short calm.
@@ -158,7 +171,9 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
                 _wait(monitor.leader, 30, "a leader after healing")
             except TimeoutError:
                 log("no leader 30 s after healing")
+                leader_misses.append(time.time())
             time.sleep(rng.uniform(0.5, 2.0))
+        time.sleep(QUIET_TAIL_S)
         t_end = time.time()
         for th in (writer, *rds):
             th.stop.set()
@@ -216,11 +231,25 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
                                           freezes)
     reads = [r for rd in rds for r in rd.reads] + final_reader.reads
     findings += checker.check_reads(writer.ops, reads)
+    # The promises kept by doing work (promises.py).
+    overlap = {s["id"]: s.get("overlap", "skip") for s in specs}
+    fault_windows = [(f.start, f.healed) for f in nem.log]
+    findings += checker.attribute_freezes(promises.check_job_overlap(overlap, execs), freezes)
+    findings += promises.check_succeeded_executed(runs, execs, hi_ms)
+    findings += promises.check_settled(runs, hi_ms)
+    findings += promises.check_guard_kills(runs)
+    progress, found = promises.check_progress(
+        runs, period, {s["id"]: put_ms[s["id"]] + 2000 for s in specs}, hi_ms, execs,
+        fault_windows)
+    findings += found
+    findings += promises.check_leader_returns(leader_misses)
     for nid in ns.ids:
         with open(ns.log_path(nid), encoding="utf-8", errors="replace") as f:
             findings += checker.check_logs(nid, f)
     ups = sorted(t for t, _ in monitor.up)
     windows = checker.unavailability(ups, t_faults, t_end)
+    findings += promises.check_read_errors([t for rd in rds for t in rd.error_times],
+                                           fault_windows, windows)
     for fnd in findings:
         t = _finding_time(fnd)
         if t is not None:
@@ -240,6 +269,7 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         "fire_times_checked": checked, "executions": len(execs),
         "writes": len(writer.ops), "writes_acknowledged": sum(o.ok for o in writer.ops),
         "reads": len(reads), "read_errors": sum(r.errors for r in rds),
+        "progress": progress,
         "violations": {c: by_class.get(c, 0) for c in CLASSES},
         "strict": list(STRICT),
         "strict_violations": {c: by_class[c] for c in STRICT if by_class.get(c)},
@@ -310,6 +340,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"still ran after the thaw: {r['freeze_window_after_thaw_s']}",
         f"- guard kills within 300 ms of the run's start: "
         f"{r['guard_kills_within_300ms_of_start']}",
+        f"- progress away from faults (>= {promises.BEFORE_S:g} s before a fault, "
+        f">= {promises.AFTER_S:g} s after its heal): {r.get('progress')}",
         "",
         "| violation class | count | fails the CI test |",
         "|---|---|---|",

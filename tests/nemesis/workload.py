@@ -121,6 +121,8 @@ class Reader(threading.Thread):
         self.rng = random.Random(seed)
         self.reads: list[Read] = []
         self.errors = 0
+        #: When (wall) each failed read failed: the checker wants them near a fault.
+        self.error_times: list[float] = []
         self.stop = threading.Event()
 
     def read_once(self, key: str, final: bool = False) -> Read | None:
@@ -132,6 +134,7 @@ class Reader(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - only an answer counts as a read
             if _code(exc) != "unknown_job":
                 self.errors += 1
+                self.error_times.append(time.time())
                 return None
             seq, partial = None, False
         rd = Read(key=key, seq=seq, start=start, end=time.monotonic(), final=final,

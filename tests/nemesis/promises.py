@@ -1,0 +1,147 @@
+"""The checks that make the nemesis fail on a cluster that keeps its promises only by
+doing nothing (issue 27 item 3): a ``succeeded`` record needs an execution behind it,
+nothing is left unsettled, the work gets done outside fault windows, two runs of a
+``skip``/``queue`` job never execute at once, read errors happen only around faults, a
+leader returns after every heal, and the guard does not kill runs as they start.
+
+Pure functions over plain data, like :mod:`tests.nemesis.checker`; each returns
+findings (dicts with a ``kind``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from tests.nemesis.checker import Execution, _brief, fire_outcomes
+
+#: Active states: the run has no outcome yet.
+ACTIVE = frozenset({"pending", "queued", "assigned", "started"})
+#: A fire time this close to a fault (before its start, after its heal: an election,
+#: a catch-up, a node's restart) is not counted for progress, nor a read error then.
+BEFORE_S = 1.0
+AFTER_S = 5.0
+#: Outside those windows at least this share of fire times must have succeeded or
+#: ended as their overlap policy says while another run of the job was working.
+MIN_SUCCESS = 0.9
+#: (state, reason) outcomes of the overlap policies: the job was busy, not idle.
+POLICY_OUTCOMES = frozenset({("skipped", "overlap"), ("cancelled", "replaced")})
+#: A guard kill this soon after the run's start is a guard that killed a live run.
+GUARD_KILL_SOON_MS = 300
+
+
+def check_succeeded_executed(runs: dict[str, list[dict[str, Any]]],
+                             execs: list[Execution], hi_ms: int) -> list[dict[str, Any]]:
+    """Every ``succeeded`` record due by ``hi_ms`` has an execution in the witness with
+    its run id and fence (``succeeded_without_execution`` otherwise)."""
+    seen = {(e.run_id, e.fence) for e in execs}
+    out = []
+    for rs in runs.values():
+        for r in rs:
+            if r.get("state") == "succeeded" and int(r["scheduled_ms"]) <= hi_ms \
+                    and (r["run_id"], int(r.get("fence") or 0)) not in seen:
+                out.append({"kind": "succeeded_without_execution", "run_id": r["run_id"],
+                            "fence": r.get("fence"), "node": r.get("node")})
+    return out
+
+
+def check_settled(runs: dict[str, list[dict[str, Any]]], hi_ms: int) -> list[dict[str, Any]]:
+    """After the settle time no run due by ``hi_ms`` is still active (``unsettled``)."""
+    return [{"kind": "unsettled", "run_id": r["run_id"], "state": r["state"],
+             "fire_ms": r["scheduled_ms"]}
+            for rs in runs.values() for r in rs
+            if r.get("state") in ACTIVE and int(r["scheduled_ms"]) <= hi_ms]
+
+
+def check_guard_kills(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A run the guard ended within GUARD_KILL_SOON_MS of its start
+    (``guard_kill_at_start``): the guard killed a run its node had just started."""
+    out = []
+    for rs in runs.values():
+        for r in rs:
+            s, f = r.get("started_ms"), r.get("finished_ms")
+            if str(r.get("reason", "")).startswith("guard:") and s and f \
+                    and f - s < GUARD_KILL_SOON_MS:
+                out.append({"kind": "guard_kill_at_start", "run_id": r["run_id"],
+                            "after_ms": f - s, "reason": r.get("reason")})
+    return out
+
+
+def quiet(t: float, faults: Iterable[tuple[float, float]]) -> bool:
+    """Is wall time ``t`` away from every fault ``(start, healed)`` by the margins?"""
+    return all(not (s - BEFORE_S <= t <= (h or float("inf")) + AFTER_S) for s, h in faults)
+
+
+def check_progress(runs: dict[str, list[dict[str, Any]]], periods: dict[str, int],
+                   lo_ms: dict[str, int], hi_ms: int, execs: list[Execution],
+                   faults: list[tuple[float, float]]) -> tuple[dict[str, Any],
+                                                               list[dict[str, Any]]]:
+    """The work got done: executions were witnessed, and of the fire times away from
+    every fault some succeeded and at least MIN_SUCCESS succeeded or ended by their
+    overlap policy (``no_progress`` otherwise). Returns the figures and the findings."""
+    quiet_n = ok = succeeded = 0
+    for job, rs in runs.items():
+        state: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for r in rs:
+            state[r["run_id"]].add((str(r.get("state")), str(r.get("reason") or "")))
+        outcomes = fire_outcomes(rs, periods[job], lo_ms[job], hi_ms)
+        first = -(-lo_ms[job] // periods[job]) * periods[job]
+        for t in range(first, hi_ms + 1, periods[job]):
+            if not quiet(t / 1000, faults):
+                continue
+            quiet_n += 1
+            ends = {e for r in outcomes.get(t, ()) for e in state[r]}
+            if any(s == "succeeded" for s, _ in ends):
+                succeeded += 1
+                ok += 1
+            elif ends & POLICY_OUTCOMES:
+                ok += 1
+    share = ok / quiet_n if quiet_n else 0.0
+    figures = {"quiet_fire_times": quiet_n, "quiet_succeeded": succeeded,
+               "quiet_success": round(share, 4), "executions": len(execs)}
+    findings = []
+    if not execs or quiet_n == 0 or succeeded == 0 or share < MIN_SUCCESS:
+        findings.append({"kind": "no_progress", **figures})
+    return figures, findings
+
+
+def check_job_overlap(overlap: dict[str, str],
+                      execs: list[Execution]) -> list[dict[str, Any]]:
+    """Under ``overlap = skip``/``queue`` two runs (different run ids) of one job never
+    execute at the same time (``job_overlap``; a whole-node freeze makes it a
+    ``freeze_window`` through :func:`checker.attribute_freezes`)."""
+    by_job: dict[str, list[Execution]] = defaultdict(list)
+    for e in execs:
+        if overlap.get(e.job_id) in ("skip", "queue"):
+            by_job[e.job_id].append(e)
+    out = []
+    for job, es in by_job.items():
+        es.sort(key=lambda e: e.start)
+        for i, a in enumerate(es):
+            for b in es[i + 1:]:
+                if b.start >= a.last:
+                    break
+                if b.run_id != a.run_id:
+                    out.append({"kind": "job_overlap", "job": job, "run_id": b.run_id,
+                                "policy": overlap[job],
+                                "overlap_s": round(a.last - b.start, 3),
+                                "executions": [_brief(a), _brief(b)]})
+    return out
+
+
+def check_read_errors(error_times: list[float], faults: list[tuple[float, float]],
+                      outages: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    """A read that failed away from every fault and every measured outage
+    (``read_error_unexplained``); times on the readers' clock (wall)."""
+    out = []
+    for t in error_times:
+        if quiet(t, faults) and not any(s - BEFORE_S <= t <= s + w + AFTER_S
+                                        for s, w in outages):
+            out.append({"kind": "read_error_unexplained", "t": round(t, 3)})
+    return out
+
+
+def check_leader_returns(misses: list[float]) -> list[dict[str, Any]]:
+    """Each heal after which no leader answered within 30 s (``no_leader_after_heal``)."""
+    return [{"kind": "no_leader_after_heal", "healed": round(t, 3)} for t in misses]
