@@ -63,10 +63,12 @@ def test_metrics_move_as_runs_happen_and_health_endpoints_answer(cluster_factory
     assert after["raftsched_raft_commit_index"] > before["raftsched_raft_commit_index"]
     assert after["raftsched_is_leader"] == 1
     assert after["raftsched_commit_latency_seconds_count"] > 0
-    # Every hold of the Raft lock is timed (issue 13); nothing here holds it long.
+    # Every hold of the Raft lock is timed (issue 13); nothing here holds it long:
+    # README's figure is <= 14 ms of work; the margin is a loaded machine preempting the
+    # holder (the metric is wall time).
     assert after["raftsched_raft_lock_hold_seconds_count"] > before.get(
         "raftsched_raft_lock_hold_seconds_count", 0)
-    assert 0 < after["raftsched_raft_lock_hold_max_seconds"] < 5
+    assert 0 < after["raftsched_raft_lock_hold_max_seconds"] < 0.5
 
 
 @pytest.mark.timeout(90)
