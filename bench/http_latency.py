@@ -51,7 +51,8 @@ def main() -> None:
                            ("GET job (stale)", "/api/v1/jobs/b1?stale=true"),
                            ("GET status", "/api/v1/status"),
                            ("GET next count=10", "/api/v1/jobs/b1/next?count=10&stale=true")):
-            print(f"{name} on follower {node}: {_pct(_timed(300, lambda _i, p=path: ok('GET', p)))}")
+            lat = _pct(_timed(300, lambda _i, p=path: ok('GET', p)))
+            print(f"{name} on follower {node}: {lat}")
         with c.client([node]) as cl:
             print(f"msgpack get_job (consistent) on {node}: "
                   f"{_pct(_timed(300, lambda _i: cl.get_job('b1')))}")

@@ -8,7 +8,7 @@ commands from there).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from raftsched.core.errors import InvalidArgument
 from raftsched.core.packing import packb
@@ -74,7 +74,7 @@ class Command:
             out[name] = convert(value)
         return out
 
-    def written(self) -> Command:
+    def written(self) -> Self:
         """This command as a proposer writes it once ``at`` is stamped: with the lowest
         version that carries its meaning (see ``PAST_AT_VERSION``)."""
         specs = getattr(self, "specs", None)

@@ -19,7 +19,8 @@ def _when(ms: Any) -> str:
 
 def _describe(header: dict[str, Any]) -> str:
     return (f"cluster {header.get('cluster_id')} at log index {header.get('index')} (term "
-            f"{header.get('term')}), taken by {header.get('node')} at {_when(header.get('time_ms'))}, "
+            f"{header.get('term')}), taken by {header.get('node')} at "
+            f"{_when(header.get('time_ms'))}, "
             f"{header.get('size')} bytes of state, sha256 {str(header.get('sha256'))[:16]}…")
 
 

@@ -357,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     _stale_flag(p)
     p.set_defaults(run=_cmd_status)
 
-    from raftsched.faces.admin import add_parsers
-    add_parsers(sub, DEFAULT_SECRET_ENV)
+    from raftsched.faces.admin import add_parsers as add_admin_parsers
+    add_admin_parsers(sub, DEFAULT_SECRET_ENV)
     return parser
 
 

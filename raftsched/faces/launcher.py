@@ -425,7 +425,7 @@ class StatusPoller:
         after = [(t, (s.get("leader"), s.get("term"))) for t, s in answered if t >= first]
         final = after[-1][1]
         stable = first
-        for k, (t, view) in enumerate(after):
+        for k, (_t, view) in enumerate(after):
             if view != final and k + 1 < len(after):
                 stable = after[k + 1][0]
         return {"first_leader_s": round(first - since, 2),

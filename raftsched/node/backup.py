@@ -121,7 +121,7 @@ def restore(path: str, cfg: ClusterConfig, node_ids: list[str] | None = None) ->
     header, state = decode_backup(data, path)
     ids = node_ids or [n.id for n in cfg.nodes]
     dirs = {nid: cfg.node_data_dir(nid) for nid in ids}
-    for nid, node_dir in dirs.items():
+    for node_dir in dirs.values():
         for name in (JOURNAL_FILE, DUMP_FILE):
             if os.path.exists(os.path.join(node_dir, name)):
                 raise ConfigError("--data-dir", f"{node_dir} already holds {name}: restore "

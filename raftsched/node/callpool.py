@@ -146,7 +146,7 @@ class CallPool:
                 self._results.pop(loop, None)  # its deferred drain will never run
                 return
             first = pending is None
-            if first:
+            if pending is None:
                 pending = self._results[loop] = []
             pending.append((done, value, exc))
         if first:

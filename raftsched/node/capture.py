@@ -87,9 +87,9 @@ def install() -> None:
     global _installed
     with _install_lock:
         if sys.stdout is not None and not isinstance(sys.stdout, _Proxy):
-            sys.stdout = _Proxy(sys.stdout)  # type: ignore[assignment]
+            sys.stdout = _Proxy(sys.stdout)
         if sys.stderr is not None and not isinstance(sys.stderr, _Proxy):
-            sys.stderr = _Proxy(sys.stderr)  # type: ignore[assignment]
+            sys.stderr = _Proxy(sys.stderr)
         if _installed:
             return
         _installed = True

@@ -111,7 +111,7 @@ def _keyring_encryptors() -> None:
     def get_encryptor(password: Any) -> Any:
         return password if isinstance(password, RaftKeyring) else _get_encryptor(password)
 
-    _syncobj_module.getEncryptor = get_encryptor  # type: ignore[attr-defined]
+    _syncobj_module.getEncryptor = get_encryptor
 
 
 #: No Raft message of ours comes near this (entries and snapshots travel in 64 KiB
@@ -128,7 +128,7 @@ def _cap_raft_messages(limit: int) -> None:
     cls = tcp_connection.TcpConnection
     if getattr(cls, "_raftsched_capped", False):
         return
-    read = cls._TcpConnection__processRead  # type: ignore[attr-defined]
+    read = cls._TcpConnection__processRead
 
     def process_read(self: Any) -> bool:
         more = read(self)
@@ -141,8 +141,8 @@ def _cap_raft_messages(limit: int) -> None:
                 return False
         return more
 
-    cls._TcpConnection__processRead = process_read  # type: ignore[attr-defined]
-    cls._raftsched_capped = True  # type: ignore[attr-defined]
+    cls._TcpConnection__processRead = process_read
+    cls._raftsched_capped = True
 
 
 
@@ -217,7 +217,7 @@ PREVOTE_REPLY = "rs_prevote_reply"
 PREVOTE_STUCK_ROUNDS = 3
 
 
-class RaftSyncObj(SyncObj):  # type: ignore[misc]
+class RaftSyncObj(SyncObj):
     """SyncObj with Raft's rule for a follower's log on append_entries (§5.3), and a
     follower that backs a leader up past its conflicting entries in one step.
 
@@ -310,7 +310,7 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
                 and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.FOLLOWER):
             now = time.monotonic()
             # Once: the reconnect attempts that fail next call this again.
-            if self._SyncObj__raftElectionDeadline > now + self._rs_quick_spread_s:
+            if self._SyncObj__raftElectionDeadline > now + self._rs_quick_spread_s:  # type: ignore[has-type]
                 self._SyncObj__raftElectionDeadline = now + random.uniform(
                     0.0, self._rs_quick_spread_s)
 
@@ -526,14 +526,14 @@ class RaftSyncObj(SyncObj):  # type: ignore[misc]
                     current = message["term"] >= self._SyncObj__raftCurrentTerm
                     self._rs_keep_log = _KEEPING.active = True
                     try:
-                        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+                        return super()._SyncObj__onMessageReceived(node, message)
                     finally:
                         self._rs_keep_log = _KEEPING.active = False
                         if current:
                             # The cap is for this node's commit index only; readiness
                             # (caught up with the leader) must see the leader's own.
                             self._SyncObj__leaderCommitIndex = leader_commit
-        return super()._SyncObj__onMessageReceived(node, message)  # type: ignore[no-any-return]
+        return super()._SyncObj__onMessageReceived(node, message)
 
     def applying_term(self) -> int | None:
         """The Raft term of the log entry being applied (call from an apply only).

@@ -131,7 +131,9 @@ def _parse_node(raw: Any, i: int) -> NodeConfig:
     tags = read_strs(raw, "tags", f"{p}.tags", _TAG_RE, "1-64 of [A-Za-z0-9_.:-]")
     if len(tags) > MAX_TAGS:
         raise ConfigError(f"{p}.tags", f"at most {MAX_TAGS} tags, got {len(tags)}")
-    return NodeConfig(id=node_id, raft=addrs["raft"], api=addrs["api"], metrics=addrs["metrics"],
+    # raft and api are required (read_str raised without them): never None here.
+    return NodeConfig(id=node_id, raft=addrs["raft"] or "", api=addrs["api"] or "",
+                      metrics=addrs["metrics"],
                       http=addrs["http"], workers=workers, queue=queue, tags=tags)
 
 

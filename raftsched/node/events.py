@@ -65,7 +65,7 @@ class Event:
 
 
 def _clean(detail: dict[str, Any]) -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in detail.items():
         if any(s in key.lower() for s in _SENSITIVE):
             continue

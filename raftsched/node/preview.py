@@ -84,7 +84,7 @@ def next_fires(schedule: Schedule, now_ms: int, count: int) -> dict[str, Any]:
     """The next ``count`` fire times after ``now_ms``: each in UTC and in the
     schedule's zone, the local days with a DST change marked, and the words."""
     zone = _zone(schedule_tz(schedule))
-    fires = []
+    fires: list[dict[str, Any]] = []
     after = now_ms
     while len(fires) < count:
         t = next_fire(schedule, after)

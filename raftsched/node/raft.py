@@ -221,7 +221,8 @@ class RaftNode(Replica):
         # Pre-vote: a node back from a pause, a partition or a stall of its own Raft
         # thread (a loaded host) never deposes a working leader (compat.RaftSyncObj).
         self.sync._rs_prevote = os.environ.get("RAFTSCHED_PREVOTE", "1") != "0"
-        self.sync.__init__(self_addr, self.peers, conf=conf, consumers=[self._consumer])
+        self.sync.__init__(self_addr, self.peers, conf=conf,  # type: ignore[misc]
+                           consumers=[self._consumer])
         self.sync.addOnTickCallback(self._run_tick_actions)
         tick_thread = getattr(self.sync, "_SyncObj__thread", None)
         if tick_thread is not None:
@@ -307,12 +308,14 @@ class RaftNode(Replica):
         request was sent, not that the transfer completed."""
         fut: Future[bool] = Future()
 
+        def answered(_res: Any, err: int) -> None:
+            if not fut.done():
+                fut.set_result(err == FAIL_REASON.SUCCESS)
+
         def action() -> None:
             self.sync._rs_hold_until = time.monotonic() + TRANSFER_HOLD_S
             try:
-                self.sync.transferLeadership(
-                    target, callback=lambda _res, err: fut.done() or fut.set_result(
-                        err == FAIL_REASON.SUCCESS))
+                self.sync.transferLeadership(target, callback=answered)
             except Exception as exc:  # noqa: BLE001 - best effort, reported to the caller
                 if not fut.done():
                     fut.set_exception(exc)

@@ -53,7 +53,8 @@ class StatusView:
             nodes = []
             for node_id, rec in sorted(st.nodes.items()):
                 addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
-                conn = True if node_id == self.node_id else bool(connected.get(addr, False))
+                conn = True if node_id == self.node_id else \
+                    addr is not None and bool(connected.get(addr, False))
                 d = rec.to_dict()
                 member = st.members.get(node_id)
                 d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),

@@ -108,7 +108,7 @@ class ApiServer(FramePipeline):
         self._depth = max_inflight_per_conn
         self._http_addr = http_addr
         self._json_http_addr = json_http_addr
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._open = 0
         self._conns_total = 0

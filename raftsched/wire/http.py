@@ -335,7 +335,7 @@ class HttpServer:
             return _error(400, "invalid_argument", "limit: must be 1..1000000 events")
         if self._sse_clients >= MAX_SSE_CLIENTS:
             return _error(429, "overloaded", f"at most {MAX_SSE_CLIENTS} event streams")
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=SSE_QUEUE)
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=SSE_QUEUE)
         overflow = False
 
         def push(event: dict[str, Any]) -> None:

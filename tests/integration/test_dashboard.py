@@ -47,7 +47,8 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 JOBS = [
-    {"id": "tick", "schedule": {"every": "1s"}, "command": ["sh", "-c", "echo tick $RAFTSCHED_RUN_ID"]},
+    {"id": "tick", "schedule": {"every": "1s"},
+     "command": ["sh", "-c", "echo tick $RAFTSCHED_RUN_ID"]},
     {"id": "flaky", "schedule": {"every": "3s"}, "command": ["sh", "-c", "echo boom >&2; exit 3"]},
     {"id": "nightly-backup", "schedule": {"cron": "30 2 * * *", "tz": "Europe/Berlin"},
      "command": ["true"]},
@@ -180,7 +181,8 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     wait_until(lambda: api(cluster, "/api/v1/jobs/nightly-backup")["paused"] is False, UI_S,
                "resumed from its page")
     browser.get(base + "#/jobs/flaky")
-    wait_until(lambda: browser.find_element(By.ID, "job-title").text == "flaky" and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 2,
+    wait_until(lambda: browser.find_element(By.ID, "job-title").text == "flaky"
+               and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 2,
                UI_S, "flaky's runs on the timeline")
     states = [state for (state,) in attrs(browser, "#runs tbody tr", "data-state")]
     assert "failed" in states, states

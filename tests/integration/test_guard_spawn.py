@@ -18,7 +18,6 @@ from collections.abc import Iterator
 import pytest
 
 from raftsched.node.guard import Guard
-from tests.integration.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -137,7 +137,7 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     lag = sorted(r["t"] - _fire_s(r) for r in witness if lo / 1000 <= _fire_s(r) <= hi / 1000)
     before = sorted(r["t"] - _fire_s(r) for r in witness if _fire_s(r) < lo / 1000)
     starts = sorted(r["t"] for r in witness if lo / 1000 <= r["t"] <= hi / 1000 + 1)
-    gap = max((b - a for a, b in zip(starts, starts[1:])), default=0.0)
+    gap = max((b - a for a, b in zip(starts, starts[1:], strict=False)), default=0.0)
     figures = {"fire_times": len(JOBS) * ((hi - lo) // 1000 + 1), "lost": len(lost),
                "doubled": len(doubled), "retried_after_kill_or_fence": len(retried),
                "starved": len(starved),

@@ -403,7 +403,8 @@ def test_apply_snippet(cluster_factory, tmp_path) -> None:
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                RAFTSCHED_ADDR=",".join(c.api.values()), RAFTSCHED_SECRET=c.secret)
-    proc = subprocess.run(["bash", "-e", "-c", block("bash", "raftsched job export --dir jobs").text],
+    export = block("bash", "raftsched job export --dir jobs").text
+    proc = subprocess.run(["bash", "-e", "-c", export],
                           cwd=str(tmp_path), env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
