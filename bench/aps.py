@@ -29,7 +29,6 @@ import threading
 import time
 from typing import Any
 
-
 #: The clock shift of this process's APScheduler (W5 places its window around a DST
 #: change): the scheduler and its executors read ``datetime.now`` through this.
 _SHIFT = {"ms": 0}

@@ -17,8 +17,17 @@ from typing import Any
 
 from bench import stats, w1
 from bench.cluster import BenchCluster, now_ms
-from bench.common import (Ctx, Result, bulk_batch, fmt, lock_cells, lock_cpu_note, lock_report,
-                          lock_snapshot, pysyncobj_problems)
+from bench.common import (
+    Ctx,
+    Result,
+    bulk_batch,
+    fmt,
+    lock_cells,
+    lock_cpu_note,
+    lock_report,
+    lock_snapshot,
+    pysyncobj_problems,
+)
 from bench.cron_mix import DST_CHANGE_MS, EXPRESSIONS, ZONES, raftsched_spec
 
 CALL = "bench.noop:stamp"
