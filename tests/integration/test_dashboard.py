@@ -187,10 +187,30 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     states = [state for (state,) in attrs(browser, "#runs tbody tr", "data-state")]
     assert "failed" in states, states
     assert "exit 3" in texts(browser, "#runs tbody td.reason")
+    # A pause recorded as one range (resume without catch-up: "missed (paused)" over
+    # every fire time of the pause) shows its count and its end (issue 29 item 2: it
+    # read as one miss).
+    status, body, _ = request(cluster.http["n1"], "POST", "/api/v1/jobs/tick/pause",
+                              TOK["admin"], {})
+    assert status == 200, body
+    paused_at = time.time()
+    wait_until(lambda: time.time() > paused_at + 3.5, 10, "three fire times paused")
+    status, body, _ = request(cluster.http["n1"], "POST", "/api/v1/jobs/tick/resume",
+                              TOK["admin"], {})
+    assert status == 200, body
+    ranged = wait_until(lambda: next(
+        (r for r in api(cluster, "/api/v1/jobs/tick/runs")["runs"]
+         if r.get("until_ms") and r["count"] >= 3), None), UI_S, "tick's paused range")
     browser.get(base + "#/jobs/tick")
     wait_until(lambda: browser.find_element(By.ID, "job-title").text == "tick"
                and len(browser.find_elements(By.CSS_SELECTOR, "#timeline .tick")) >= 5,
                UI_S, "tick's runs on the timeline")
+    row = f'#runs tbody tr[data-run="{ranged["run_id"]}"]'
+    wait_until(lambda: texts(browser, row), UI_S, "the range's row")
+    [text] = texts(browser, row)
+    until = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ranged["until_ms"] / 1000))
+    assert f"missed \u00d7{ranged['count']}" in text, text
+    assert until in text, (until, text)
     lefts = set(browser.execute_script(
         "return [...document.querySelectorAll('#timeline .tick')]"
         ".map(e => getComputedStyle(e).left)"))

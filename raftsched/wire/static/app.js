@@ -268,6 +268,14 @@ function renderJob(job, next, runs) {
   $("job-spec").textContent = JSON.stringify(job.spec, null, 2);
 }
 
+// A range record (an outage, a pause: count fire times from scheduled_ms to until_ms)
+// is one row, with its count and its end: it must not read as a single miss.
+function times(r) { return r.count > 1 ? ` \u00d7${r.count}` : ""; }
+function fireTimes(r) {
+  return r.until_ms != null && r.until_ms !== r.scheduled_ms
+    ? `${iso(r.scheduled_ms)} \u2013 ${iso(r.until_ms)}` : iso(r.scheduled_ms);
+}
+
 function renderRuns(runs) {
   const tl = $("timeline");
   tl.replaceChildren();
@@ -277,7 +285,7 @@ function renderRuns(runs) {
     for (const r of runs) {
       const x = 100 * (r.scheduled_ms - lo) / (hi - lo);
       const tick = el("span", { class: `tick st ${r.state}`, "data-run": r.run_id,
-        title: `${r.run_id} ${r.state} on ${r.node || "-"} (${iso(r.scheduled_ms)})` });
+        title: `${r.run_id} ${r.state}${times(r)} on ${r.node || "-"} (${fireTimes(r)})` });
       tick.style.left = `calc(${x.toFixed(2)}% - 4px)`;  // CSSOM: the CSP refuses style attributes
       tl.append(tick);
     }
@@ -286,8 +294,8 @@ function renderRuns(runs) {
     const late = r.started_ms != null ? r.started_ms - r.scheduled_ms : null;
     const took = r.started_ms != null && r.finished_ms != null ? r.finished_ms - r.started_ms : null;
     return el("tr", { id: `run-${r.run_id}`, "data-run": r.run_id, "data-state": r.state },
-      el("td", {}, r.run_id), el("td", {}, iso(r.scheduled_ms)),
-      el("td", {}, el("span", { class: `st ${r.state}` }, r.state)),
+      el("td", {}, r.run_id), el("td", { class: "fire" }, fireTimes(r)),
+      el("td", {}, el("span", { class: `st ${r.state}` }, r.state), times(r)),
       el("td", {}, late == null ? "-" : span(late)), el("td", {}, r.node || "-"),
       el("td", {}, r.attempt), el("td", {}, took == null ? "-" : span(took)),
       el("td", {}, r.exit_code ?? "-"), el("td", { class: "reason" }, r.reason || ""),
