@@ -159,6 +159,11 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         # then the window's last runs finish and are recorded.
         reach_s = _await_reached(c, leader, w1)
         _sleep_until(max(w1, now_ms()) + 2500)
+        # The storm's own figures, before the fetch: a bulk read of every job's runs on
+        # the leader while the storm goes on can itself cause an election (not yet
+        # throttled, bench/results/2026-12-03-overload.md).
+        term_drained = c.status(leader)["term"]
+        fenced_drained = {n: _self_fenced(c, n) for n in c.ids}
         limit = int((now_ms() - start_ms) / 1000) + 50
         t_fetch = time.monotonic()
         runs = c.fetch_runs(ids, limit, nid=leader)
@@ -215,7 +220,8 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         "applied_per_s": applied / seconds, "apply_ms_per_cmd": (apply_s / applied * 1000)
         if applied else None,
         "term_start": term0, "term_end": st_end["term"], "fetch_s": fetch_s,
-        "reach_s": reach_s, "self_fenced": fenced,
+        "reach_s": reach_s, "self_fenced": fenced, "term_drained": term_drained,
+        "self_fenced_drained": fenced_drained,
         "problems": problems, "window": [w0, w1], "profile": prof, "lock": locks,
     }
 
