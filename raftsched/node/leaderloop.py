@@ -372,6 +372,9 @@ class LeaderLoop:
         postpone a dead node's release without end: issue 27, a killed follower's runs
         moved on after 15.9 s where its lease ended after 8.)"""
         if self.paused_until <= self.last_tick:
+            # A pause before our timers' baseline (e.g. before this term began) is in
+            # none of them: its credit must not move a later silence on.
+            self._pause_credit = 0.0
             self.last_tick = mono
             return
         self.last_tick = mono
