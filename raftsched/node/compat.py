@@ -21,7 +21,7 @@ from typing import Any
 from pysyncobj import SyncObj, tcp_connection
 from pysyncobj import syncobj as _syncobj_module
 from pysyncobj.encryptor import getEncryptor as _get_encryptor
-from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 from pysyncobj.version import VERSION
 
 log = logging.getLogger("raftsched.raft")
@@ -37,7 +37,8 @@ _CLASS_ATTRS = (
     (SyncObj, "_checkCommandsToApply"), (SyncObj, "raftLastApplied"),
     (SyncObj, "raftCurrentTerm"), (SyncObj, "transferLeadership"),
     (SyncObj, "addOnTickCallback"), (SyncObj, "_isLeader"), (SyncObj, "_getLeader"),
-    (SyncObj, "_SyncObj__sendNextNodeIdx"),
+    (SyncObj, "_SyncObj__sendNextNodeIdx"), (SyncObj, "_SyncObj__applyLogEntries"),
+    (SyncObj, "_doDestroy"),
     (SyncObj, "_SyncObj__doChangeCluster"), (SyncObj, "_onTick"), (SyncObj, "otherNodes"),
     (SyncObj, "addNodeToCluster"), (SyncObj, "removeNodeFromCluster"),
     (SyncObj, "_SyncObj__onNodeDisconnected"), (_syncobj_module, "_RAFT_STATE"),
@@ -56,7 +57,9 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__raftMatchIndex", "_poller")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
-                            "_FileJournal__currentOffset")),
+                            "_FileJournal__currentOffset", "_FileJournal__metaStorer",
+                            "_FileJournal__meta", "_FileJournal__metaSaved")),
+    (ResizableFile.__init__, ("_ResizableFile__f", "_ResizableFile__mm")),
 )
 
 
@@ -181,7 +184,15 @@ def drop_journal_prefix(journal: Any, count: int) -> bool:
         return False
     set_last = journal._FileJournal__setLastRecordOffset
     set_last(FIRST_RECORD_OFFSET)
+    # A durable journal has "empty" on disk before the move, and the moved records
+    # before the header that names them: a power cut leaves old or empty, not torn.
+    sync = getattr(journal, "rs_sync", None)
+    if sync is not None:
+        sync()
     mm.move(FIRST_RECORD_OFFSET, start, end - start)
+    if sync is not None:
+        journal.rs_dirty = True
+        sync()
     new_end = FIRST_RECORD_OFFSET + end - start
     journal._FileJournal__currentOffset = new_end
     set_last(new_end)
@@ -280,6 +291,16 @@ class RaftSyncObj(SyncObj):
     _rs_prevote_failures = 0
     #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
+    #: ``[cluster] durability == "sync"``: group commit (raftsched.node.durable).
+    _rs_sync_journal = True
+    #: The journal as raftsched.node.durable's DurableJournal, from the first tick on
+    #: (None before it, or with an in-memory journal).
+    rs_journal: Any = None
+    _rs_sender: Any = None
+    _rs_adopted = False
+    #: The commit index this node may not go below (a leader's last commit that its
+    #: own synced copy covered, or the commit a follower learned from its leader).
+    _rs_commit_floor = 0
 
     def rs_follower_lag(self) -> int:
         """Leader only: how many entries the slowest connected follower lacks of this
@@ -315,13 +336,21 @@ class RaftSyncObj(SyncObj):
                     0.0, self._rs_quick_spread_s)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        if not self._rs_adopted:
+            self._rs_adopt_journal()
         if self._rs_joining:
             if self._SyncObj__raftLeader is not None:
                 self._rs_joining = False
             else:
                 self._SyncObj__raftElectionDeadline = float("inf")
         if self._rs_prevote:
-            self._rs_before_election()
+            self._rs_before_election()  # may read (and append) what waits in the socket
+        if self._rs_sender is not None:
+            # Before this tick applies anything or the leader counts itself toward a
+            # commit (a lone node commits on its own vote alone), what was appended is
+            # on disk; a follower's answers to the appends it read leave now, after
+            # one sync for all of them.
+            self._rs_sender.flush()
         super()._onTick(timeToWait)
         if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
             # The election it allowed has begun (the term moved): the next one asks
@@ -333,6 +362,54 @@ class RaftSyncObj(SyncObj):
             if now >= self._rs_next_ping:
                 self._rs_next_ping = now + self._rs_ping_every_s
                 self._rs_ping()
+
+    def _rs_adopt_journal(self) -> None:
+        """In the Raft thread's first tick, before it appends or sends anything: the
+        journal syncs in batches, in its own thread, and nothing counts before it is
+        on disk (raftsched.node.durable)."""
+        from pysyncobj.pipe_notifier import PipeNotifier
+
+        from raftsched.node import durable
+
+        wake = PipeNotifier(self._poller).notify if self._rs_sync_journal else None
+        journal = durable.adopt(self._SyncObj__raftLog, sync=self._rs_sync_journal,
+                                wake=wake)
+        if journal is not None:
+            self._rs_sender = durable.DurableSender(self._SyncObj__transport, journal)
+            self.rs_journal = journal
+        # Only now: a journal that cannot be made durable raises here at every tick, and
+        # the node never ticks (unavailable, loudly) rather than acknowledging unsynced.
+        self._rs_adopted = True
+
+    def _SyncObj__applyLogEntries(self) -> Any:
+        """A leader commits only what its own synced copy covers, and only up to an
+        entry of its own term (Raft's rule for counting replicas, §5.4.2): with its
+        copy unsynced, the followers alone may be no majority of stable storage, and
+        an older term's entry counted by replicas could still be overwritten."""
+        journal = self.rs_journal
+        if journal is not None and journal.rs_sync_enabled:
+            commit = self._SyncObj__raftCommitIndex  # type: ignore[has-type]
+            if self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
+                allowed = min(commit, journal.rs_synced_index)
+                if allowed > self._rs_commit_floor:
+                    entry = self._SyncObj__getEntries(allowed, 1)
+                    if not entry or entry[0][2] != self._SyncObj__raftCurrentTerm:
+                        allowed = self._rs_commit_floor
+                allowed = max(allowed, self._rs_commit_floor)
+                if allowed < commit:
+                    self._SyncObj__raftCommitIndex = allowed
+                if allowed != self._rs_commit_floor:
+                    journal.rs_note_commit(allowed)
+                self._rs_commit_floor = allowed
+            else:
+                self._rs_commit_floor = commit
+        return super()._SyncObj__applyLogEntries()
+
+    def _doDestroy(self) -> None:
+        super()._doDestroy()
+        worker = getattr(self.rs_journal, "rs_worker", None)
+        if worker is not None:
+            worker.close()
 
     def _rs_ping(self) -> None:
         """Followers exchange nothing in Raft, so the connection between two of them
@@ -541,7 +618,10 @@ class RaftSyncObj(SyncObj):
         pysyncobj applies entry ``lastApplied + 1`` and counts it applied afterwards;
         the entry's term is what the state machine checks leader-only commands
         against (see ``ClusterState.apply``)."""
-        entries = self._SyncObj__getEntries(self.raftLastApplied + 1, 1)
+        idx = self.raftLastApplied + 1
+        if self.rs_journal is not None:
+            self.rs_journal.rs_note_apply(idx)
+        entries = self._SyncObj__getEntries(idx, 1)
         return int(entries[0][2]) if entries else None
 
     def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:

@@ -74,6 +74,9 @@ DEFAULT_STOP_TIMEOUT_MS = 30_000
 
 DEFAULT_LOG_LEVEL = "info"  # what the cluster did, without per-frame noise
 DEFAULT_LOG_FORMAT = "json"  # what log shippers ingest; "text" is for a terminal
+#: ``[cluster] durability`` values (raftsched.node.durable does the syncing).
+DURABILITY_MODES = ("sync", "none")
+DEFAULT_DURABILITY = "sync"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
 
@@ -160,6 +163,9 @@ class ClusterConfig:
         ``{id}`` in a path is the node's id. None: no TLS (frames are sealed instead).
     tls_ca: the CA certificate clients and peers verify nodes with.
     allowed_call_prefixes: modules whose functions may be ``call = "pkg.mod:func"`` jobs.
+    durability: "sync" (an entry counts, and a command is acknowledged, only once the
+        journal bytes holding it are synced, in batches) or "none" (never synced: a
+        power cut on a majority may lose what was acknowledged).
     nodes: the members, in file order.
     limits, timing, log, notify: the [limits], [timing], [log] and [notify] tables.
     source: the file path, "<embedded>" or "<dict>".
@@ -172,6 +178,7 @@ class ClusterConfig:
     tls_key: str | None = None
     tls_ca: str | None = None
     allowed_call_prefixes: tuple[str, ...] = ()
+    durability: str = DEFAULT_DURABILITY
     nodes: tuple[NodeConfig, ...]
     limits: Limits = field(default_factory=Limits)
     timing: Timing = field(default_factory=Timing)
@@ -241,9 +248,18 @@ def _parse_cluster_paths(raw: Any) -> dict[str, str | None]:
     return out
 
 
+def _parse_durability(raw: Any) -> str:
+    tbl = {} if not isinstance(raw, Mapping) else raw
+    mode = read_str(tbl, "durability", "cluster.durability", DEFAULT_DURABILITY).lower()
+    if mode not in DURABILITY_MODES:
+        raise ConfigError("cluster.durability",
+                          f"{mode!r} is not one of {', '.join(DURABILITY_MODES)}")
+    return mode
+
+
 def _parse_cluster(raw: Any) -> tuple[str, str | None, tuple[str, ...]]:
     tbl = section(raw, "cluster", ("data_dir", "secret_env", "allowed_call_prefixes",
-                                   *_CLUSTER_PATHS))
+                                   "durability", *_CLUSTER_PATHS))
     data_dir = read_str(tbl, "data_dir", "cluster.data_dir")
     if not data_dir.strip() or "\0" in data_dir:
         raise ConfigError("cluster.data_dir", "must be a non-empty path")
@@ -320,6 +336,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<dict>") -> ClusterC
     paths = _parse_cluster_paths(root.get("cluster"))
     return ClusterConfig(
         data_dir=data_dir, secret_env=secret_env, allowed_call_prefixes=prefixes, **paths,
+        durability=_parse_durability(root.get("cluster")),
         nodes=parse_nodes(root.get("nodes")), limits=_parse_limits(root.get("limits")),
         timing=_parse_timing(root.get("timing")), log=_parse_log(root.get("log")),
         notify=parse_notify(root.get("notify"), section, read_int, read_duration), source=source,

@@ -161,7 +161,7 @@ class Node:
                 data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
                 on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
                 max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
-                join=join)
+                join=join, durability=cfg.durability)
         except BaseException:
             self.dir_lock.release()
             raise

@@ -40,6 +40,12 @@ from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.state import ClusterState
 from raftsched.node.compat import RaftSyncObj, derive_fernet, install
+from raftsched.node.durable import (
+    DEFAULT_DURABILITY,
+    DURABILITY_MODES,
+    SyncStats,
+    install_durable_snapshots,
+)
 from raftsched.node.procs import die_with_parent
 from raftsched.node.raftkeys import RaftKeyring
 from raftsched.node.replica import Replica
@@ -136,6 +142,8 @@ class RaftNode(Replica):
         snapshot in a format it cannot read; the node must stop (see :meth:`_refuse`).
     :param auto_tick: False: no Raft thread; the caller drives the replica with
         :meth:`tick` (the in-process test cluster does).
+    :param durability: ``"sync"`` (group commit: nothing counts before it is on disk,
+        see :mod:`raftsched.node.durable`) or ``"none"`` (pysyncobj's own behaviour).
     """
 
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str,
@@ -144,8 +152,11 @@ class RaftNode(Replica):
                  history_limit: int = 100, max_pending: int = 10000,
                  on_state_changed: Callable[[int, int], None] | None = None,
                  on_fatal: Callable[[str], None] | None = None, join: bool = False,
-                 auto_tick: bool = True) -> None:
+                 auto_tick: bool = True, durability: str = DEFAULT_DURABILITY) -> None:
         install()  # refuses a pysyncobj whose internals the patches do not match
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability {durability!r} is not one of {DURABILITY_MODES}")
+        install_durable_snapshots()
         os.makedirs(data_dir, exist_ok=True)
         #: Why this replica stopped applying (a format it cannot read), else None.
         self.fatal: str | None = None
@@ -215,6 +226,7 @@ class RaftNode(Replica):
         # Set before pysyncobj's thread can tick (it starts inside __init__).
         self.sync = RaftSyncObj.__new__(RaftSyncObj)
         self.sync._rs_joining = join
+        self.sync._rs_sync_journal = durability == "sync"
         self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
         # Well inside the connection timeout: an idle connection is never dropped.
         self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
@@ -416,6 +428,16 @@ class RaftNode(Replica):
         actions), waiting up to ``wait_s`` for a socket event: only for a replica made
         with ``auto_tick=False``, which has no Raft thread of its own."""
         self.sync.doTick(wait_s)
+
+    def durability_stats(self) -> SyncStats:
+        """What group commit cost so far (read from any thread: a few ints)."""
+        journal = self.sync.rs_journal
+        if journal is None:
+            mode = "sync" if self.sync._rs_sync_journal else "none"
+            return SyncStats(mode=mode, syncs=0, sync_seconds=0.0, max_sync_seconds=0.0,
+                             synced_index=0)
+        stats: SyncStats = journal.rs_stats()
+        return stats
 
     def tick_alive(self) -> bool:
         return bool(self.sync.tick_thread_alive())

@@ -115,6 +115,8 @@ class StatusView:
             "due_behind_ms": max(now - next_due, 0) if next_due is not None else 0,
             # The leader's admission control (admission.py); None on other nodes.
             "admission": admission.to_dict() if admission is not None else None,
+            # Group commit on this node (durable.py): syncs made and what they cost.
+            "durability": _durability(self.raft),
             "leader_record": leader, "notify": notify, "membership": members,
             # Each member's HTTP API/dashboard address (config; absent: that node serves
             # none).
@@ -138,3 +140,11 @@ class StatusView:
 
 
 __all__ = ["StatusView"]
+
+
+def _durability(raft: Any) -> dict[str, Any]:
+    stats = raft.durability_stats()
+    return {"mode": stats.mode, "syncs": stats.syncs,
+            "sync_ms_total": round(stats.sync_seconds * 1000, 1),
+            "sync_ms_max": round(stats.max_sync_seconds * 1000, 3),
+            "synced_index": stats.synced_index}

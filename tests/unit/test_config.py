@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from raftsched.core.errors import ConfigError
 from raftsched.node.config import (
     DEFAULT_API_ADDR,
+    DEFAULT_DURABILITY,
     DEFAULT_METRICS_ADDR,
     DEFAULT_RAFT_ADDR,
     DEFAULT_SECRET_ENV,
@@ -107,7 +108,21 @@ def test_example_file_documents_the_real_defaults() -> None:
     assert cfg.log == LogConfig()
     assert cfg.notify == NotifyConfig()
     assert cfg.allowed_call_prefixes == ()
+    assert cfg.durability == DEFAULT_DURABILITY == "sync"
     assert all(n.workers == 4 and n.queue == 16 for n in cfg.nodes)
+
+
+def test_durability_is_sync_or_none_and_a_typo_names_the_key() -> None:
+    for mode in ("sync", "none", "SYNC"):
+        cfg = base()
+        cfg["cluster"]["durability"] = mode
+        assert parse_config(cfg).durability == mode.lower()
+    assert parse_config(base()).durability == "sync"
+    cfg = base()
+    cfg["cluster"]["durability"] = "fsync"
+    with pytest.raises(ConfigError) as info:
+        parse_config(cfg)
+    assert info.value.key == "cluster.durability" and "sync, none" in str(info.value)
 
 
 def test_embedded_default() -> None:
