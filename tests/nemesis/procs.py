@@ -5,7 +5,8 @@ python -m raftsched node ...'``: neither the shell nor ``ip netns exec`` forks, 
 the pid we hold is the node's, and the node's guard and job processes are born in the
 group: freezing it pauses the node, its guard and its jobs together (a paused VM).
 Every process is killed by pid: the node by its own, the rest by the pids listed in
-its freezer group.
+its freezer group. Each node's journal is a ``journalhooks.LossyFile``: a killed node
+loses what it had not synced, as a machine that loses power does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from tests.integration.journalhooks import hook_dir
 from tests.nemesis.net import FREEZER, Net, node_addr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,7 +99,10 @@ class Nodes:
     def start(self, nid: str) -> None:
         assert not self.alive(nid), f"{nid} runs"
         env = dict(os.environ)
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        # Every journal loses what it had not synced when its node is SIGKILLed
+        # (tests/integration/journalhooks.py): each kill is a power cut of that node.
+        env["PYTHONPATH"] = os.pathsep.join([hook_dir(self.out), ROOT, env.get("PYTHONPATH", "")])
+        env["RS_TEST_LOSSY_JOURNAL"] = "1"
         env.pop("RAFTSCHED_FAULT", None)
         env["RS_NEMESIS_SECRET"] = self.secret
         env["RAFTSCHED_CLOCK_FILE"] = self.clock_files[nid]
