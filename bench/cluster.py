@@ -60,7 +60,8 @@ class BenchCluster(LoopbackCluster):
 
     def __init__(self, tmp: str, n: int = 3, *, workers: int = 256, queue: int = 4096,
                  history_limit: int = 1000, timing: dict[str, str] | None = None,
-                 log_level: str = "warning", max_jobs: int | None = None) -> None:
+                 log_level: str = "warning", max_jobs: int | None = None,
+                 durability: str | None = None) -> None:
         self.stamp_dir = os.path.join(tmp, "stamps")
         os.makedirs(self.stamp_dir, exist_ok=True)
         limits: dict[str, int] = {"history_limit": history_limit}
@@ -69,7 +70,8 @@ class BenchCluster(LoopbackCluster):
         super().__init__(tmp, n, secret_env="", pythonpath=ROOT, cwd=ROOT,
                          env={"BENCH_STAMP_DIR": self.stamp_dir},
                          allowed_call_prefixes=["bench"], limits=limits, timing=timing or {},
-                         log_level=log_level, workers=workers, queue=queue)
+                         log_level=log_level, workers=workers, queue=queue,
+                         cluster_extra={"durability": durability} if durability else None)
         _LIVE.append(self)
 
     def kill(self, nid: str) -> int:  # type: ignore[override]

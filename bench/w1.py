@@ -112,13 +112,16 @@ def run_aps(ctx: Ctx, jobs: int, seconds: int, warmup: int, extra: tuple[str, ..
 # ------------------------------------------------------------------ raftsched
 
 def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
-                  profile_s: float = 0.0, name: str | None = None) -> dict[str, Any]:
+                  profile_s: float = 0.0, name: str | None = None,
+                  durability: str | None = None) -> dict[str, Any]:
     """One fire storm; with ``profile_s`` a py-spy recording of the leader runs inside
-    the window (see :mod:`bench.profile`)."""
+    the window (see :mod:`bench.profile`); ``durability``: ``[cluster] durability``
+    (None: the tree's default)."""
     tag = name or f"w1-{jobs}"
     # Every W1 job fires at the same instant: a node needs J/3 slots to start its share
     # at once, so each node gets the most a node may have (MAX_WORKERS).
-    c = BenchCluster(ctx.dir(tag), workers=WORKERS, queue=4096, history_limit=1000)
+    c = BenchCluster(ctx.dir(tag), workers=WORKERS, queue=4096, history_limit=1000,
+                     durability=durability)
     try:
         c.start_all()
         leader = c.wait_leader(60)
@@ -169,6 +172,7 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         runs = c.fetch_runs(ids, limit, nid=leader)
         fetch_s = time.monotonic() - t_fetch
         st_end = c.status(leader)
+        sync_stats = {n: _durability(c, n) for n in c.ids}
         fenced = {n: _self_fenced(c, n) for n in c.ids}
         stamps = c.stamps()
         problems = pysyncobj_problems(c)
@@ -223,7 +227,16 @@ def run_raftsched(ctx: Ctx, jobs: int, seconds: int, warmup: int, *,
         "reach_s": reach_s, "self_fenced": fenced, "term_drained": term_drained,
         "self_fenced_drained": fenced_drained,
         "problems": problems, "window": [w0, w1], "profile": prof, "lock": locks,
+        "durability": sync_stats,
     }
+
+
+def _durability(c: BenchCluster, nid: str) -> dict[str, Any] | None:
+    """Node ``nid``'s group-commit figures (status ``durability``; None: an older tree)."""
+    try:
+        return c.status(nid).get("durability")  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - a node not answering
+        return None
 
 
 def _self_fenced(c: BenchCluster, nid: str) -> int | None:
