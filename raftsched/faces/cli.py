@@ -42,14 +42,20 @@ UNAVAILABLE_CODES = frozenset({"not_ready", "unavailable"})
 
 # ------------------------------------------------------------------ commands
 
-def _client(args: argparse.Namespace) -> Any:
-    from raftsched.wire.client import Client
-
+def addresses(args: argparse.Namespace) -> list[str]:
+    """The API addresses a command tries, in order: every ``--addr`` (each may list
+    several, comma-separated), else ``$RAFTSCHED_ADDR``, else the default."""
     addrs: list[str] = []
     for item in args.addr or [os.environ.get(ADDR_ENV) or DEFAULT_ADDR]:
         addrs.extend(a.strip() for a in item.split(",") if a.strip())
+    return addrs or [DEFAULT_ADDR]
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from raftsched.wire.client import Client
+
     # No secret in the environment: the Client finds a local node's generated one.
-    return Client(addrs or [DEFAULT_ADDR], timeout=command_timeout(args),
+    return Client(addresses(args), timeout=command_timeout(args),
                   secret_env=args.secret_env, tls_ca=args.tls_ca)
 
 
