@@ -28,7 +28,7 @@ from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, Raftsche
 from raftsched.core.model import JobSpec, MissReason, Overlap, RunState, run_id_of
 from raftsched.core.records import JobRecord
 from raftsched.core.specprep import CheckedSpec, checked_spec
-from raftsched.core.trigger import AtSchedule, latest_fire_at_or_before, next_fire
+from raftsched.core.trigger import AtSchedule, Schedule, latest_fire_at_or_before, next_fire
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
@@ -215,13 +215,20 @@ def job_of(st: ClusterState, job_id: str) -> JobRecord:
 
 def late_one_shot(spec: JobSpec, rec: JobRecord | None, at: int, v: int) -> int | None:
     """The instant of a new or changed ``at`` schedule that has already passed at the
-    put (it fires at once, late), None otherwise; raise :class:`InvalidSpec` when it
-    passed more than ``misfire.grace`` ago (it could never run, so nothing would ever
-    record it: every fire time ends in exactly one recorded outcome). Commands before
-    ``PAST_AT_VERSION`` keep their meaning on replay (such a job never fired)."""
+    put (it fires at once, late), None otherwise; see :func:`late_at`."""
+    return late_at(spec, None if rec is None else rec.spec.schedule, at, v)
+
+
+def late_at(spec: JobSpec, stored: Schedule | None, at: int, v: int) -> int | None:
+    """:func:`late_one_shot` of a put of ``spec`` over a job whose schedule is
+    ``stored`` (None: a new job). Raise :class:`InvalidSpec` when the ``at`` passed more
+    than ``misfire.grace`` ago (it could never run, so nothing would ever record it:
+    every fire time ends in exactly one recorded outcome). Commands before
+    ``PAST_AT_VERSION`` keep their meaning on replay (such a job never fired). Also
+    what a dry run of the put checks, so it refuses what the put would."""
     sched = spec.schedule
     if (v < PAST_AT_VERSION or not isinstance(sched, AtSchedule)
-            or sched.at_ms > at or (rec is not None and rec.spec.schedule == sched)):
+            or sched.at_ms > at or stored == sched):
         return None
     late_ms = at - sched.at_ms
     if late_ms > spec.misfire.grace_ms:

@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-import tomllib
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from raftsched.faces.cliformat import (
     format_transfer,
     format_trigger,
 )
+from raftsched.faces.jobfile import check_job_file, load_job_file, refused_by_node
 
 DEFAULT_ADDR = "127.0.0.1:7101"
 ADDR_ENV = "RAFTSCHED_ADDR"
@@ -40,51 +40,22 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 #: Error codes that mean the cluster (not the request) is the problem.
 UNAVAILABLE_CODES = frozenset({"not_ready", "unavailable"})
 
-# ------------------------------------------------------------------ job files
-
-def load_job_file(path: str) -> list[dict[str, Any]]:
-    """The job specs in a .toml/.json file (or JSON on stdin for ``-``); InvalidSpec
-    naming the file for syntax errors and wrong shapes."""
-    name = "<stdin>" if path == "-" else path
-    try:
-        if path == "-":
-            data: Any = json.loads(sys.stdin.read())
-        elif path.lower().endswith(".json"):
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        else:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-    except OSError as exc:
-        raise InvalidSpec(name, f"cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidSpec(name, str(exc)) from None
-    if isinstance(data, dict) and isinstance(data.get("jobs"), list):
-        jobs = data["jobs"]
-    elif isinstance(data, list):
-        jobs = data
-    elif isinstance(data, dict):
-        jobs = [data]
-    else:
-        raise InvalidSpec(name, "must hold a job table/object or a list of them")
-    if not jobs:
-        raise InvalidSpec(name, "holds no jobs")
-    for i, job in enumerate(jobs):
-        if not isinstance(job, dict):
-            raise InvalidSpec(name, f"jobs[{i}] must be a table/object, not {type(job).__name__}")
-    return jobs
-
-
 # ------------------------------------------------------------------ commands
+
+def addresses(args: argparse.Namespace) -> list[str]:
+    """The API addresses a command tries, in order: every ``--addr`` (each may list
+    several, comma-separated), else ``$RAFTSCHED_ADDR``, else the default."""
+    addrs: list[str] = []
+    for item in args.addr or [os.environ.get(ADDR_ENV) or DEFAULT_ADDR]:
+        addrs.extend(a.strip() for a in item.split(",") if a.strip())
+    return addrs or [DEFAULT_ADDR]
+
 
 def _client(args: argparse.Namespace) -> Any:
     from raftsched.wire.client import Client
 
-    addrs: list[str] = []
-    for item in args.addr or [os.environ.get(ADDR_ENV) or DEFAULT_ADDR]:
-        addrs.extend(a.strip() for a in item.split(",") if a.strip())
     # No secret in the environment: the Client finds a local node's generated one.
-    return Client(addrs or [DEFAULT_ADDR], timeout=command_timeout(args),
+    return Client(addresses(args), timeout=command_timeout(args),
                   secret_env=args.secret_env, tls_ca=args.tls_ca)
 
 
@@ -115,9 +86,8 @@ def _emit(args: argparse.Namespace, result: Any, fmt: Callable[[Any], str]) -> N
 
 def _cmd_job_put(args: argparse.Namespace) -> int:
     specs = load_job_file(args.file)
-    if len(specs) > MAX_FILE_JOBS:
-        raise InvalidSpec(args.file, f"holds {len(specs)} jobs; a file is applied as one "
-                                     f"change of at most {MAX_FILE_JOBS} jobs")
+    # The checks a put, its dry run and `job next FILE` share; the node makes its own.
+    check_job_file(args.file, specs)
     if args.dry_run:
         from raftsched.faces.cli_preview import dry_run
         return dry_run(args, specs)
@@ -129,9 +99,7 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
             try:
                 replies = client.put_jobs(specs, atomic=True)["results"]
             except InvalidSpec as exc:
-                # From the wire: the message is "<field>: <problem>".
-                field, _, problem = exc.message.partition(": ")
-                raise InvalidSpec(_file_field(field, specs), problem) from None
+                raise refused_by_node(exc, specs) from None
             results = [{"job": r.get("job"), "version": r.get("version"),
                         "created": r.get("created")} for r in replies]
     if args.json:
@@ -140,21 +108,6 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
         for result in results:
             print(format_put(result))
     return 0
-
-
-#: A job file is applied as one put_jobs command (the state machine's batch limit).
-MAX_FILE_JOBS = 1000
-
-
-def _file_field(field: str, specs: list[dict[str, Any]]) -> str:
-    """``specs[1].schedule`` as ``jobs[1] ('m6').schedule``: the file's own terms."""
-    head, sep, rest = field.partition("].")
-    if not head.startswith("specs[") or not sep or not head[6:].isdigit():
-        return field
-    i = int(head[6:])
-    job_id = specs[i].get("id") if i < len(specs) else None
-    return f"jobs[{i}] ({clean(job_id)!r}).{rest}" if isinstance(job_id, str) \
-        else f"jobs[{i}].{rest}"
 
 
 def _simple(method: str, fmt: Callable[[Any], str],

@@ -111,7 +111,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(toml_job(spec))
         os.replace(tmp, path)
-    print(f"exported {len(specs)} jobs to {clean(args.dir)}")
+    print(f"exported {len(specs)} job{'' if len(specs) == 1 else 's'} to {clean(args.dir)}")
     return 0
 
 

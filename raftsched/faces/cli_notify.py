@@ -21,18 +21,17 @@ def format_notifications(runs: list[dict[str, Any]]) -> str:
 
 
 def find_secret(args: argparse.Namespace) -> str | None:
-    """The cluster secret the way every client command finds it: ``$secret_env``, else
-    ``$RAFTSCHED_SECRET_FILE``, else the file the node at the first ``--addr`` (or
-    ``$RAFTSCHED_ADDR``, or the default address) registered for this user."""
-    from raftsched.wire.client import DEFAULT_ADDR
+    """The cluster secret the way every client command finds it, with no node to ask:
+    ``$secret_env``, else ``$RAFTSCHED_SECRET_FILE``, else the file a node at one of the
+    command's addresses (:func:`~raftsched.faces.cli.addresses`) registered for this
+    user — the client tries each address in turn, so a first node that is down (its
+    pointer gone with it) does not hide the next one's."""
+    from raftsched.faces.cli import addresses
     from raftsched.wire.secretfile import candidate_secrets
     secret = os.environ.get(args.secret_env)
     if secret:
         return secret
-    addrs = [a.strip() for item in (args.addr or [os.environ.get("RAFTSCHED_ADDR")
-                                                  or DEFAULT_ADDR])
-             for a in item.split(",") if a.strip()]
-    for addr in addrs[:1] or [DEFAULT_ADDR]:
+    for addr in addresses(args):
         found = candidate_secrets(addr)
         if found:
             return found[0]

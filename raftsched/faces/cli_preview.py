@@ -48,22 +48,24 @@ def format_dry_run(result: dict[str, Any]) -> str:
 
 
 def _cmd_job_next(args: argparse.Namespace) -> int:
-    from raftsched.faces.cli import _client, _emit, load_job_file
+    from raftsched.faces.cli import _client, _emit
 
     if os.path.exists(args.target) or args.target == "-" or \
             args.target.endswith((".toml", ".json")):
         # A file: computed here, no cluster needed (check a schedule before shipping it).
-        from raftsched.core.trigger import schedule_from_spec
+        from raftsched.faces.jobfile import check_job_file, load_job_file
         from raftsched.node.clock import now_ms
         from raftsched.node.preview import MAX_COUNT, next_fires
 
         if args.count > MAX_COUNT:
             raise InvalidSpec("--count", f"must be 1..{MAX_COUNT}")
-        results = []
-        for spec in load_job_file(args.target):
-            schedule = schedule_from_spec(spec.get("schedule"))
-            results.append(dict(next_fires(schedule, now_ms(), args.count),
-                                id=spec.get("id"), paused=bool(spec.get("paused"))))
+        now = now_ms()
+        # What `job put` would refuse is refused here, in its words: no fire times of a
+        # file that cannot be put. A past `at` is judged as a new job's (no cluster to
+        # ask whether it is the stored job's own).
+        jobs = check_job_file(args.target, load_job_file(args.target), now_ms=now)
+        results = [dict(next_fires(job.schedule, now, args.count), id=job.id,
+                        paused=job.paused) for job in jobs]
     else:
         with _client(args) as client:
             results = [client.next_fires(args.target, count=args.count)]
@@ -75,15 +77,16 @@ def _cmd_job_next(args: argparse.Namespace) -> int:
 
 
 def dry_run(args: argparse.Namespace, specs: list[dict[str, Any]]) -> int:
-    """``job put --dry-run``: the node validates and diffs; nothing is committed."""
-    from raftsched.faces.cli import _client, _emit, _file_field
+    """``job put --dry-run`` of ``specs`` (checked as the put checks them): the node
+    validates and diffs as the put would; nothing is committed."""
+    from raftsched.faces.cli import _client, _emit
+    from raftsched.faces.jobfile import refused_by_node
 
     with _client(args) as client:
         try:
             result = client.preview_put(specs)
         except InvalidSpec as exc:
-            field, _, problem = exc.message.partition(": ")
-            raise InvalidSpec(_file_field(field, specs), problem) from None
+            raise refused_by_node(exc, specs) from None
     _emit(args, result, format_dry_run)
     return 0
 

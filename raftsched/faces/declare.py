@@ -12,7 +12,6 @@ they are deleted only with ``prune=True``.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ from typing import Any
 from raftsched.core.errors import InvalidSpec, NotReady, RaftschedError, Unavailable
 from raftsched.core.model import JobSpec
 from raftsched.core.state import MAX_PUT_BATCH
-
-log = logging.getLogger("raftsched.embedded")
 
 #: A client-mode instance may declare before the node's process has allowed the
 #: callables' modules (it declares the same jobs at its own start): retried this long.
@@ -128,9 +125,8 @@ def reconcile(client: Any, specs: list[dict[str, Any]], *, prune: bool = False,
     undeclared = sorted(j["id"] for j in stored
                         if j["spec"].get("call") and j["id"] not in declared)
     pruned: list[str] = []
-    if undeclared and not prune:
-        log.warning("jobs no longer declared (kept; reconcile with prune=True removes "
-                    "them): %s", ", ".join(undeclared[:20]))
+    # Not logged here: the caller knows when the app has declared everything it will
+    # (see Scheduler), and an early report would name jobs the app is about to declare.
     if prune:
         for job_id in undeclared:
             client.delete_job(job_id)
@@ -140,6 +136,34 @@ def reconcile(client: Any, specs: list[dict[str, Any]], *, prune: bool = False,
         updated=tuple(r["job"] for r in results if r["changed"] and not r["created"]),
         unchanged=tuple(r["job"] for r in results if not r["changed"]),
         undeclared=tuple(undeclared), pruned=tuple(pruned))
+
+
+def with_later(report: ReconcileReport, later: list[dict[str, Any]],
+               declared: set[str]) -> ReconcileReport:
+    """``report`` of a start's reconciliation with the declarations made after it counted
+    in: ``later`` are their put results (``job``, ``created``, ``changed``) in order,
+    ``declared`` every id the process declares now. A job declared since (``add_job`` in
+    a ``with`` block) is no longer undeclared, and its put is reported like the others."""
+    created = dict.fromkeys(report.created)
+    updated = dict.fromkeys(report.updated)
+    unchanged = dict.fromkeys(report.unchanged)
+    for res in later:
+        job = res["job"]
+        if job in created:
+            continue
+        if res["created"]:
+            updated.pop(job, None)
+            unchanged.pop(job, None)
+            created[job] = None
+        elif res["changed"]:
+            unchanged.pop(job, None)
+            updated[job] = None
+        elif job not in updated:
+            unchanged[job] = None
+    return ReconcileReport(
+        created=tuple(created), updated=tuple(updated), unchanged=tuple(unchanged),
+        undeclared=tuple(j for j in report.undeclared if j not in declared),
+        pruned=report.pruned)
 
 
 def retriable(exc: BaseException) -> bool:

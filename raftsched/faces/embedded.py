@@ -27,7 +27,10 @@ data dir within about a second.
 the background (a member may start before the cluster has a quorum):
 identical definitions are no new version, a changed one is one new version, callable
 jobs declared nowhere in this process are reported (``report.undeclared``) and removed
-only by ``reconcile(prune=True)``. :meth:`wait_declared` waits for it.
+only by ``reconcile(prune=True)``. :meth:`wait_declared` waits for it. An ``add_job``
+after ``start()`` (in a ``with`` block) is a declaration too: it is put at once, counts
+in the report, and its job is never reported undeclared; the log names undeclared jobs
+once the declarations have been quiet for ``DECLARE_SETTLE_S`` (or at ``stop()``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ DEFAULT_API_ADDR = embedconf.DEFAULT_API_ADDR
 TAKEOVER_POLL_S = 0.25
 #: Background declarations retry a cluster without quorum this often.
 DECLARE_RETRY_S = 0.5
+#: Jobs the app no longer declares are logged once its declarations have been quiet
+#: this long after the start's reconciliation (or at stop, if sooner): the app may
+#: still be declaring (``add_job`` in a ``with`` block runs after ``start()``), and a
+#: job it is about to declare must not be named (the advice, prune, would delete it).
+DECLARE_SETTLE_S = 5.0
 
 _LIVE: weakref.WeakSet[Scheduler] = weakref.WeakSet()
 
@@ -123,6 +131,11 @@ class Scheduler:
         self._declared = threading.Event()
         self._report: ReconcileReport | None = None
         self._declare_error: BaseException | None = None
+        #: The put results of declarations made after start() (its report counts them).
+        self._later: list[dict[str, Any]] = []
+        self._last_declared = 0.0
+        self._warned = False
+        self._report_lock = threading.Lock()
         self._helpers: list[threading.Thread] = []
 
     # ------------------------------------------------------------ declarations
@@ -150,6 +163,7 @@ class Scheduler:
         module = call_name(func)[0]
         with self._lock:
             self._specs[spec["id"]] = spec
+            self._last_declared = time.monotonic()
             if module not in self.cfg.allowed_call_prefixes:
                 self.cfg = replace(self.cfg, allowed_call_prefixes=(
                     *self.cfg.allowed_call_prefixes, module))
@@ -158,7 +172,10 @@ class Scheduler:
                                              allowed_call_prefixes=self.cfg.allowed_call_prefixes)
         if self._client is None:
             return None
-        return declare.put_declarations(self._client, [spec])[0]
+        result = declare.put_declarations(self._client, [spec])[0]
+        with self._report_lock:
+            self._later.append(result)
+        return result
 
     @property
     def declared(self) -> list[dict[str, Any]]:
@@ -172,13 +189,32 @@ class Scheduler:
         return declare.reconcile(self.client, self.declared, prune=prune)
 
     def wait_declared(self, timeout: float = 30.0) -> ReconcileReport:
-        """Wait for the background reconciliation :meth:`start` began; its report."""
+        """Wait for the background reconciliation :meth:`start` began; its report, with
+        the declarations made since (``add_job`` in a ``with`` block) counted in: a job
+        declared by now is not ``undeclared``."""
         if not self._declared.wait(timeout):
             raise TimeoutError("the declarations were not committed in time (no quorum?)")
         if self._declare_error is not None:
             raise self._declare_error
-        assert self._report is not None
-        return self._report
+        return self._current_report()
+
+    def _current_report(self) -> ReconcileReport:
+        with self._lock:
+            declared = set(self._specs)
+        with self._report_lock:
+            assert self._report is not None
+            return declare.with_later(self._report, list(self._later), declared)
+
+    def _warn_undeclared(self) -> None:
+        """Log the jobs this app no longer declares, once per start."""
+        with self._report_lock:
+            if self._warned or self._report is None:
+                return
+            self._warned = True
+        undeclared = self._current_report().undeclared
+        if undeclared:
+            log.warning("jobs in the cluster that this app no longer declares (kept; "
+                        "reconcile(prune=True) removes them): %s", ", ".join(undeclared[:20]))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -190,7 +226,9 @@ class Scheduler:
             raise RuntimeError("already started")
         self._stopping.clear()
         self._declared.clear()
-        self._report = self._declare_error = None
+        with self._report_lock:
+            self._report = self._declare_error = None
+            self._later, self._warned = [], False
         me = self.cfg.node(self.node_id)
         try:
             self._start_node(timeout)
@@ -303,11 +341,13 @@ class Scheduler:
             return
 
     def _declare(self) -> None:
-        """Reconcile the declarations, waiting out a cluster without quorum."""
+        """Reconcile the declarations, waiting out a cluster without quorum; then, once
+        the app's declarations are quiet, say which jobs it no longer declares."""
         while not self._stopping.is_set():
             try:
-                self._report = self.reconcile()
-                self._declare_error = None
+                report = self.reconcile()
+                with self._report_lock:
+                    self._report, self._declare_error = report, None
                 break
             except Exception as exc:  # noqa: BLE001 - retried or handed to wait_declared
                 if not declare.retriable(exc):
@@ -315,11 +355,15 @@ class Scheduler:
                     log.error("declaring the jobs failed: %s", exc)
                     break
                 self._stopping.wait(DECLARE_RETRY_S)
-        if self._report is not None and self._report.undeclared:
-            log.warning("jobs in the cluster that this app no longer declares (kept; "
-                        "reconcile(prune=True) removes them): %s",
-                        ", ".join(self._report.undeclared[:20]))
         self._declared.set()
+        if self._report is None:
+            return
+        done = time.monotonic()
+        while True:
+            quiet = time.monotonic() - max(done, self._last_declared)
+            if quiet >= DECLARE_SETTLE_S or self._stopping.wait(DECLARE_SETTLE_S - quiet):
+                break  # stop() has said it already, if it had anything to say
+        self._warn_undeclared()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -349,6 +393,7 @@ class Scheduler:
     def stop(self) -> None:
         """Drain and stop: leadership moves away first, nothing new starts here, running
         runs get up to ``stop_timeout`` and their real outcome is recorded. Idempotent."""
+        self._warn_undeclared()  # the app has declared all it will, if not said yet
         self._stopping.set()
         with self._lock:
             node, thread = self._node, self._thread

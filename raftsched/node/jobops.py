@@ -25,6 +25,7 @@ from raftsched.core.commands import (
     Trigger,
 )
 from raftsched.core.errors import InvalidArgument, InvalidSpec, LimitExceeded, UnknownJob
+from raftsched.core.jobs import late_at
 from raftsched.core.model import JobSpec
 from raftsched.core.state import MAX_PUT_BATCH, ClusterState
 from raftsched.core.trigger import Schedule, count_fires
@@ -117,16 +118,28 @@ class JobOps:
             await self.reads.wait()
         return stale
 
-    def _normalized(self, specs: list[Any]) -> list[dict[str, Any]]:
-        """Each spec validated and in its canonical form; an error names the spec."""
+    def _validated(self, specs: list[Any]) -> list[JobSpec]:
+        """Each spec validated; an error names the spec."""
         out = []
         for i, spec in enumerate(specs):
             try:
-                out.append(JobSpec.from_spec(spec, allowed_call_prefixes=self.allowed()).to_spec())
+                out.append(JobSpec.from_spec(spec, allowed_call_prefixes=self.allowed()))
             except InvalidSpec as exc:
                 raise InvalidSpec(f"specs[{i}].{exc.field}",
                                   exc.message.partition(": ")[2]) from None
         return out
+
+    def _check_sizes(self, specs: list[Any]) -> None:
+        # Per spec, as put_job does: a batch total would let one oversized spec through.
+        limit = self.limits.max_spec_bytes
+        for i, spec in enumerate(specs):
+            if (size := len(packb(spec))) > limit:
+                raise LimitExceeded("max_spec_bytes",
+                                    f"specs[{i}] is {size} bytes, limit {limit}")
+
+    def _normalized(self, specs: list[Any]) -> list[dict[str, Any]]:
+        """Each spec validated and in its canonical form; an error names the spec."""
+        return [job.to_spec() for job in self._validated(specs)]
 
     async def put_job(self, args: dict[str, Any]) -> Any:
         spec = args.get("spec")
@@ -149,12 +162,7 @@ class JobOps:
         specs = args.get("specs")
         if not isinstance(specs, list) or not 0 < len(specs) <= MAX_PUT_BATCH:
             raise InvalidArgument("specs", f"must be a list of 1..{MAX_PUT_BATCH} specs")
-        # Per spec, as put_job does: a batch total would let one oversized spec through.
-        limit = self.limits.max_spec_bytes
-        for i, spec in enumerate(specs):
-            if (size := len(packb(spec))) > limit:
-                raise LimitExceeded("max_spec_bytes",
-                                    f"specs[{i}] is {size} bytes, limit {limit}")
+        self._check_sizes(specs)
         atomic = args.get("atomic", False)
         if not isinstance(atomic, bool):
             raise InvalidArgument("atomic", "must be a boolean")
@@ -276,17 +284,33 @@ class JobOps:
         return dict(preview.next_fires(schedule, now_ms(), count), id=job_id, paused=paused)
 
     async def preview_put(self, args: dict[str, Any]) -> Any:
-        """``job put --dry-run``: validate like put_jobs, commit nothing, and say per job
-        whether it would be created, updated (which fields) or unchanged."""
+        """``job put --dry-run``: validate like put_jobs (an atomic one, a job file's),
+        commit nothing, and say per job whether it would be created, updated (which
+        fields) or unchanged."""
         specs = args.get("specs")
         if not isinstance(specs, list) or not 0 < len(specs) <= MAX_PUT_BATCH:
             raise InvalidArgument("specs", f"must be a list of 1..{MAX_PUT_BATCH} specs")
-        normalized = self._normalized(specs)
-        ids = [s["id"] for s in normalized]
-        if len(set(ids)) != len(ids):
-            raise InvalidSpec("specs", "the same job id is given twice")
+        self._check_sizes(specs)
+        jobs = self._validated(specs)
+        seen: set[str] = set()
+        for i, job in enumerate(jobs):
+            if job.id in seen:
+                raise InvalidSpec(f"specs[{i}].id", f"{job.id!r} appears twice")
+            seen.add(job.id)
         await self.caught_up(args)
-        specs_now = self.raft.read(lambda st: {i: st.jobs[i].spec for i in ids if i in st.jobs})
+        specs_now = self.raft.read(lambda st: {j: st.jobs[j].spec for j in seen if j in st.jobs})
+        now = now_ms()
+        for i, job in enumerate(jobs):
+            # The put's own check of a past `at`, against this node's clock and the
+            # stored job (its unchanged `at` is no refusal): a put's stamp is the
+            # leader's clock, a dry run's the answering node's.
+            stored = specs_now.get(job.id)
+            try:
+                late_at(job, None if stored is None else stored.schedule, now, PAST_AT_VERSION)
+            except InvalidSpec as exc:
+                raise InvalidSpec(f"specs[{i}].{exc.field}",
+                                  exc.message.partition(": ")[2]) from None
+        normalized = [job.to_spec() for job in jobs]
         old = {i: spec.to_spec() for i, spec in specs_now.items()}
         return {"results": [preview.diff_specs(old.get(s["id"]), s) for s in normalized],
                 "dry_run": True}

@@ -43,3 +43,23 @@ def test_a_local_nodes_generated_secret_is_found(tmp_path, no_secret_env) -> Non
     other = build_parser().parse_args(["notify-key", "--addr", "127.0.0.1:7346"])
     assert find_secret(other) is None
     assert sorted(os.listdir(runtime)) == ["127.0.0.1_7345"]
+
+
+@pytest.mark.parametrize("how", ["comma", "repeated", "env"])
+def test_every_address_is_looked_up_as_the_client_dials_each(tmp_path, no_secret_env, capsys,
+                                                             how) -> None:
+    """The first node of the list is down (its pointer went with it): the client would
+    reach the second and prove the secret its node registered; so does notify-key."""
+    from raftsched.faces.cli import main
+    from raftsched.wire.webhook import notify_key
+
+    no_secret_env.setenv(RUNTIME_DIR_ENV, str(tmp_path / "run"))
+    secret, path = load_or_create_secret(str(tmp_path / "data"))
+    register("127.0.0.1:7352", path)
+    addrs = {"comma": ["--addr", "127.0.0.1:7351,127.0.0.1:7352"],
+             "repeated": ["--addr", "127.0.0.1:7351", "--addr", "127.0.0.1:7352"],
+             "env": []}[how]
+    if how == "env":
+        no_secret_env.setenv("RAFTSCHED_ADDR", "127.0.0.1:7351,127.0.0.1:7352")
+    assert main(["notify-key", *addrs]) == 0
+    assert capsys.readouterr().out == notify_key(secret) + "\n"

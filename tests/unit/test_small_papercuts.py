@@ -114,3 +114,28 @@ def test_not_ready_says_across_the_wire_whether_the_command_may_still_commit() -
     # A node of an older release sends {code, message} only: not "maybe".
     assert from_wire({"code": "not_ready", "message": "no leader"}).maybe_committed is False
     assert NotReady("x").to_wire() == {"code": "not_ready", "message": "x"}
+
+
+@pytest.mark.parametrize(("count", "words"), [(1, "1 job"), (2, "2 jobs"), (0, "0 jobs")])
+def test_export_says_job_in_the_singular(tmp_path, monkeypatch, capsys, count: int,
+                                         words: str) -> None:
+    """Issue 29: ``exported 1 jobs``."""
+    jobs = [{"spec": JobSpec.from_spec({"id": f"j{i}", "schedule": {"every": "1h"},
+                                        "command": ["true"]}).redacted()}
+            for i in range(count)]
+
+    class Fake:
+        def __enter__(self) -> Fake:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def list_jobs(self, **kw: object) -> dict:
+            return {"jobs": jobs, "total": len(jobs)}
+
+    monkeypatch.setattr(cli, "_client", lambda args: Fake())
+    out_dir = tmp_path / "jobs"
+    assert cli.main(["job", "export", "--dir", str(out_dir)]) == 0
+    assert capsys.readouterr().out == f"exported {words} to {out_dir}\n"
+    assert sorted(p.name for p in out_dir.iterdir()) == [f"j{i}.toml" for i in range(count)]
