@@ -127,6 +127,7 @@ class PendingRun:
     :var not_before_ms: not to start before this (a retry's backoff).
     :var tags: its job's tags.
     :var grace_ms: its job's misfire grace.
+    :var attempt: its attempt (above 1: a retry, due at ``not_before_ms``).
     """
 
     run_id: str
@@ -134,6 +135,7 @@ class PendingRun:
     not_before_ms: int
     tags: tuple[str, ...]
     grace_ms: int
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,7 +189,7 @@ def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] 
             continue
         pending.append(PendingRun(run_id=run.run_id, scheduled_ms=run.scheduled_ms,
                                   not_before_ms=run.not_before_ms, tags=rec.spec.tags,
-                                  grace_ms=rec.spec.misfire.grace_ms))
+                                  grace_ms=rec.spec.misfire.grace_ms, attempt=run.attempt))
     due = tuple(DueJob(spec=rec.spec, hwm_ms=rec.hwm_ms, next_ms=rec.next_ms,
                        version=rec.version,
                        active=tuple((r, st.runs[r].state) for r in rec.active))
@@ -235,6 +237,19 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             break
         waited_from = max(run.scheduled_ms, run.not_before_ms)
         late = ctx.now_ms - waited_from > run.grace_ms
+        if late and run.attempt > 1:
+            # A retry is due at its not-before time and obeys the misfire grace as a
+            # fire time does: one that fell due while the cluster was down is recorded
+            # as such a fire time is, not run minutes late beside the on-time fire.
+            outcome, reason = late_reason(fire_ms=waited_from, leader_since_ms=ctx.since_ms,
+                                          leader_boot_ms=ctx.boot_ms,
+                                          last_leader_ms=last_leader_ms)
+            why = unfit(run.tags, live, inp.member_tags)
+            if outcome == "shed" and why is not None:
+                outcome, reason = "missed", why
+            drop.append(Drop(run.run_id, outcome, reason))
+            ended.add(run.run_id)
+            continue
         target = place(live, run.tags, rotor, ctx.node_id)
         if target is None:
             if late:
