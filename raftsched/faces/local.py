@@ -16,7 +16,14 @@ import threading
 import time
 from typing import IO, Any
 
-from raftsched.faces.launcher import base_layout, config_text, spawn_node, terminate_procs
+from raftsched.faces import ports
+from raftsched.faces.launcher import (
+    NodeAddrs,
+    base_layout,
+    config_text,
+    spawn_node,
+    terminate_procs,
+)
 from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
 from raftsched.wire.secretfile import load_or_create_secret
 
@@ -34,6 +41,35 @@ def write_config(path: str, *, nodes: int, base_port: int, data_dir: str,
     with open(path, "w", encoding="utf-8") as f:
         f.write(config_text(base_layout(nodes, base_port), data_dir=data_dir,
                             secret_env=DEFAULT_SECRET_ENV, workers=workers))
+
+
+def layout_ports(layout: list[NodeAddrs]) -> list[tuple[str, str]]:
+    """``(what, addr)`` of every port the nodes of ``layout`` listen on."""
+    out = []
+    for n in layout:
+        out += [(f"{n.id} raft", n.raft), (f"{n.id} api", n.api),
+                (f"{n.id} metrics", n.metrics)]
+        if n.http is not None:
+            out.append((f"{n.id} http", n.http))
+    return out
+
+
+def check_ports(layout: list[NodeAddrs]) -> str | None:
+    """None when every port of ``layout`` is free, else the error to print: all or
+    nothing, since a node restart-looping on a taken port beside nodes that formed a
+    cluster without it looks like a working cluster (and the taken API port may be
+    another cluster's)."""
+    top = max(int(addr.rpartition(":")[2]) for _, addr in layout_ports(layout))
+    if top > 65535:
+        return f"--base-port: the layout would need port {top}; ports end at 65535"
+    busy = ports.taken(layout_ports(layout))
+    if not busy:
+        return None
+    lines = [f"raftsched local: {t.describe()}" for t in busy]
+    them = "it" if len(busy) == 1 else "them"
+    lines.append(f"raftsched local: started nothing; stop what holds {them} or choose "
+                 f"another --base-port (the nodes use P+1.., P+101.., P+201.., P+301..)")
+    return "\n".join(lines)
 
 
 def format_event(node_id: str, line: str) -> str | None:
@@ -126,6 +162,10 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
     if not 1 <= nodes <= 9:
         sys.stderr.write("error: --nodes must be 1..9\n")
         return 2
+    problem = check_ports(base_layout(nodes, base_port))
+    if problem is not None:
+        sys.stderr.write(problem + "\n")
+        return 1
     data_dir = os.path.abspath(data_dir or "./raftsched-local")
     os.makedirs(data_dir, exist_ok=True)
     cfg_path = os.path.join(data_dir, "cluster.toml")
