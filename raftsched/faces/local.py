@@ -2,11 +2,13 @@
 
 It writes a cluster config into the data dir, starts one ``raftsched node`` process
 per node, prints a readable live feed of the runs across the cluster (from the
-nodes' JSON event lines), and stops every node cleanly on Ctrl-C.
+nodes' JSON event lines), and on Ctrl-C drains the cluster, then stops every node
+(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.faces.ports`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,9 +16,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
-from raftsched.faces import ports
+from raftsched.faces import localstop, ports
 from raftsched.faces.launcher import (
     NodeAddrs,
     base_layout,
@@ -25,6 +28,7 @@ from raftsched.faces.launcher import (
     terminate_procs,
 )
 from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
+from raftsched.wire.client import Client
 from raftsched.wire.secretfile import load_or_create_secret
 
 #: Events shown in the live feed (others are still in the nodes' logs).
@@ -154,6 +158,30 @@ class _Member:
         return min(lo * 2 ** max(self.quick_deaths - 1, 0), hi)
 
 
+def _drain_then_stop(procs: dict[str, subprocess.Popen[str]], client: Callable[[], Client],
+                     data_dir: str, stop_timeout_s: float, hurry: threading.Event,
+                     say: Callable[[str], None]) -> None:
+    """Stop the nodes so that their runs drain and commit their outcomes (see
+    :mod:`raftsched.faces.localstop`); a second stop signal cuts every wait short."""
+    with client() as cl:
+        say("raftsched local: stopping: draining every node (no new runs start)")
+        busy = (localstop.wait_idle(cl, time.monotonic() + stop_timeout_s, hurry, say)
+                if localstop.drain_all(cl, data_dir, say) else None)
+    for wave in localstop.stop_order(procs, busy):
+        if hurry.is_set():
+            return
+        if busy:
+            say(f"raftsched local: stopping {', '.join(wave)}")
+        for node_id in wave:
+            with contextlib.suppress(ProcessLookupError):
+                procs[node_id].send_signal(signal.SIGTERM)
+        # Each drains for up to stop_timeout, then commits its outcomes and leaves.
+        until = time.monotonic() + stop_timeout_s + 10
+        while (any(procs[n].poll() is None for n in wave) and not hurry.is_set()
+               and time.monotonic() < until):
+            hurry.wait(0.1)
+
+
 def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = None,
               out: IO[str] | None = None) -> int:
     """Start ``nodes`` node processes and feed their runs until Ctrl-C/SIGTERM; a node
@@ -172,16 +200,24 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
     write_config(cfg_path, nodes=nodes, base_port=base_port, data_dir=data_dir)
     cfg = load_config(cfg_path)
     secret_line = ""
-    if not os.environ.get(DEFAULT_SECRET_ENV):
+    secret = os.environ.get(DEFAULT_SECRET_ENV) or None
+    if secret is None:
         # Made before the nodes start: they share it (and never race to make it).
-        _, secret_path = load_or_create_secret(data_dir)
+        secret, secret_path = load_or_create_secret(data_dir)
         secret_line = (f"  the cluster secret is in {secret_path}; this user's clients on "
                        f"this host find it\n")
     lock = threading.Lock()
     stopping = threading.Event()
+    hurry = threading.Event()  # a second stop signal: stop now, without the drain
 
     def stop(*_: Any) -> None:
+        if stopping.is_set():
+            hurry.set()
         stopping.set()
+
+    def client() -> Client:
+        return Client([n.api for n in cfg.nodes], secret=secret,
+                      timeout=localstop.CALL_TIMEOUT_S)
 
     def say(text: str) -> None:
         with lock:
@@ -204,7 +240,10 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
         f"  or:  export RAFTSCHED_ADDR={addrs}\n"
         f"  dashboard: http://{cfg.nodes[0].http}/ (its token: raftsched http-token --url)\n"
         f"{secret_line}"
-        "  a node that dies is restarted; Ctrl-C stops the cluster.")
+        "  a node that dies is restarted; Ctrl-C stops the cluster (its runs drain first).")
+    if localstop.read_marker(data_dir):
+        threading.Thread(target=localstop.undrain_marked, daemon=True,
+                         args=(client, data_dir, stopping, say)).start()
     code = 0
     try:
         while not stopping.is_set():
@@ -229,7 +268,13 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
                 break
             stopping.wait(0.2)
     finally:
+        running = {m.node_id: m.proc for m in members
+                   if m.proc is not None and m.proc.poll() is None}
+        if running and stopping.is_set() and not hurry.is_set():
+            _drain_then_stop(running, client, data_dir,
+                             cfg.timing.stop_timeout_ms / 1000, hurry, say)
         deadline = time.monotonic() + 10
+        # Whatever is left (all of them after a second Ctrl-C): at once, as before.
         terminate_procs({m.node_id: m.proc for m in members if m.proc is not None}, 10)
         for m in members:  # the nodes' last lines (node.stopped) reach the feed first
             if m.pump is not None:
