@@ -349,9 +349,16 @@ def apply_release(st: ClusterState, cmd: Release) -> dict[str, Any]:
     return {"ok": True, "released": released}
 
 
-def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str) -> list[str]:
+def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str, *,
+                 seen_ms: int | None = None) -> list[str]:
     """Release a node's claims: ``assigned`` runs (scope ``assigned`` or ``all``) go back
-    to pending; ``started`` runs (scope ``started`` or ``all``) follow ``on_node_lost``."""
+    to pending; ``started`` runs (scope ``started`` or ``all``) follow ``on_node_lost``.
+
+    ``seen_ms``: when the node was last known to run them (its old process's last
+    heartbeat, for a restart); their retries are due from then, not from ``at``, so the
+    leader records a retry that fell due during a long outage as late (the misfire
+    grace) instead of running it minutes late. Only ever earlier than ``at``: where a
+    retry waits (its start time) does not change."""
     released: list[str] = []
     for run in st.active_on(node):
         if run.state == _ASSIGNED and scope in ("assigned", "all"):
@@ -361,7 +368,8 @@ def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str) 
             rec = st.jobs.get(run.job_id)
             if (rec is not None and rec.spec.on_node_lost.value == "retry"
                     and not rec.spec.paused):
-                _retry(st, run, at, RunState.lost, f"node {node} {reason}", at)
+                due = at if seen_ms is None else min(at, max(seen_ms, run.started_ms or 0))
+                _retry(st, run, at, RunState.lost, f"node {node} {reason}", due)
             else:
                 end_run(st, run, at, RunState.lost, f"node {node} {reason}")
             released.append(run.run_id)

@@ -23,6 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from raftsched.core import members
 from raftsched.core.commands import Drop, Fire, MissFire, Next, Place, Plan, RunFire
 from raftsched.core.misses import classify, late_reason, overlap_decision
 from raftsched.core.model import MissReason, Overlap
@@ -126,6 +127,7 @@ class PendingRun:
     :var not_before_ms: not to start before this (a retry's backoff).
     :var tags: its job's tags.
     :var grace_ms: its job's misfire grace.
+    :var attempt: its attempt (above 1: a retry, due at ``not_before_ms``).
     """
 
     run_id: str
@@ -133,6 +135,7 @@ class PendingRun:
     not_before_ms: int
     tags: tuple[str, ...]
     grace_ms: int
+    attempt: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,11 +164,14 @@ class PlanInput:
         ``MAX_RUNS_PER_PLAN``).
     :var due: jobs due by the horizon, oldest first (at most ``MAX_JOBS_PER_PLAN``).
     :var last_leader_ms: when the previous leader was last heard of (miss reasons).
+    :var member_tags: every member's tags (None: some member's are not known yet), so
+        that a job no member could run is recorded as that, not as overload.
     """
 
     pending: tuple[PendingRun, ...]
     due: tuple[DueJob, ...]
     last_leader_ms: int
+    member_tags: tuple[frozenset[str], ...] | None = None
 
 
 def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] = (),
@@ -183,13 +189,25 @@ def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] 
             continue
         pending.append(PendingRun(run_id=run.run_id, scheduled_ms=run.scheduled_ms,
                                   not_before_ms=run.not_before_ms, tags=rec.spec.tags,
-                                  grace_ms=rec.spec.misfire.grace_ms))
+                                  grace_ms=rec.spec.misfire.grace_ms, attempt=run.attempt))
     due = tuple(DueJob(spec=rec.spec, hwm_ms=rec.hwm_ms, next_ms=rec.next_ms,
                        version=rec.version,
                        active=tuple((r, st.runs[r].state) for r in rec.active))
                 for rec in st.due_jobs(horizon_ms, MAX_JOBS_PER_PLAN, skip_jobs))
     return PlanInput(pending=tuple(pending), due=due,
-                     last_leader_ms=int(st.leader.get("prev_ms", 0)))
+                     last_leader_ms=int(st.leader.get("prev_ms", 0)),
+                     member_tags=members.member_tags(st))
+
+
+def unfit(tags: tuple[str, ...], live: list[Capacity],
+          member_tags: tuple[frozenset[str], ...] | None) -> str | None:
+    """Why no live node may take a run of a job with ``tags``, when the tags are why:
+    ``unplaceable: ...`` (no member has them), else ``no_node`` (only members that are
+    down have them, or no node is live). None when a live node has them: a run that
+    still finds no room waits for capacity (``overload``)."""
+    if any(c.tags.issuperset(tags) for c in live):
+        return None
+    return members.unplaceable(tags, member_tags) or MissReason.no_node.value
 
 
 def plan(st: ClusterState, ctx: LeaderContext) -> Plan | None:
@@ -211,16 +229,34 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
     catch_ups = 0
     last_leader_ms = inp.last_leader_ms
 
+    # Runs this plan ends: they no longer hold back their job's next fire (overlap).
+    ended: set[str] = set()
     # Runs waiting for a node first: released claims are reassigned at once.
     for run in inp.pending:
         if budget <= 0:
             break
+        waited_from = max(run.scheduled_ms, run.not_before_ms)
+        late = ctx.now_ms - waited_from > run.grace_ms
+        if late and run.attempt > 1:
+            # A retry is due at its not-before time and obeys the misfire grace as a
+            # fire time does: one that fell due while the cluster was down is recorded
+            # as such a fire time is, not run minutes late beside the on-time fire.
+            outcome, reason = late_reason(fire_ms=waited_from, leader_since_ms=ctx.since_ms,
+                                          leader_boot_ms=ctx.boot_ms,
+                                          last_leader_ms=last_leader_ms)
+            why = unfit(run.tags, live, inp.member_tags)
+            if outcome == "shed" and why is not None:
+                outcome, reason = "missed", why
+            drop.append(Drop(run.run_id, outcome, reason))
+            ended.add(run.run_id)
+            continue
         target = place(live, run.tags, rotor, ctx.node_id)
         if target is None:
-            waited_from = max(run.scheduled_ms, run.not_before_ms)
-            if ctx.now_ms - waited_from > run.grace_ms:
-                reason = MissReason.overload.value if live else MissReason.no_node.value
-                drop.append(Drop(run.run_id, "shed", reason))
+            if late:
+                why = unfit(run.tags, live, inp.member_tags)
+                drop.append(Drop(run.run_id, "shed", MissReason.overload.value)
+                            if why is None else Drop(run.run_id, "missed", why))
+                ended.add(run.run_id)
             continue
         target.load += 1
         rotor += 1
@@ -234,6 +270,10 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         outcome, reason = late_reason(fire_ms=rec.next_ms or ctx.now_ms,
                                       leader_since_ms=ctx.since_ms,
                                       leader_boot_ms=ctx.boot_ms, last_leader_ms=last_leader_ms)
+        why = unfit(spec.tags, live, inp.member_tags)
+        if outcome == "shed" and why is not None:
+            # Not for want of capacity: no live node (or no member at all) has its tags.
+            outcome, reason = "missed", why
         overdue = rec.next_ms is not None and ctx.now_ms - rec.next_ms > spec.misfire.grace_ms
         if overdue and catch_ups >= MAX_CATCHUP_JOBS_PER_PLAN:
             continue  # a catch-up: the next plan takes it
@@ -246,7 +286,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 continue
             catch_ups += 1
         hwm = rec.hwm_ms
-        active = list(rec.active)
+        active = [a for a in rec.active if a[0] not in ended]
         items: list[Fire] = []
         blocked = False
         for m in res.missed:
@@ -280,12 +320,10 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             if target is None and not queued:
                 # No room now: keep the mark here and try again next tick; once it is
                 # past the grace the miss detector records it shed (overload).
-                if not live or not any(c.tags.issuperset(spec.tags) for c in live):
-                    if ctx.now_ms - fire > spec.misfire.grace_ms:
-                        items.append(MissFire(spec.id, fire, fire, 1, "missed",
-                                              MissReason.no_node.value))
-                        hwm = fire
-                        continue
+                if why is not None and ctx.now_ms - fire > spec.misfire.grace_ms:
+                    items.append(MissFire(spec.id, fire, fire, 1, "missed", why))
+                    hwm = fire
+                    continue
                 blocked = True
                 break
             if target is not None:

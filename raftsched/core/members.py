@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raftsched.core import claims
 from raftsched.core.effects import MemberRemoved, MembersChanged
 from raftsched.core.errors import Conflict, InvalidArgument
+from raftsched.core.model import MissReason
 
 if TYPE_CHECKING:
     from raftsched.core.commands import Member
@@ -80,6 +81,25 @@ def active(st: ClusterState) -> list[MemberRecord]:
 def is_removed(st: ClusterState, node_id: str) -> bool:
     rec = st.members.get(node_id)
     return rec is not None and rec.status == REMOVED
+
+
+def member_tags(st: ClusterState) -> tuple[frozenset[str], ...] | None:
+    """The tags of every member, as its heartbeats declared them; None while an active
+    member has sent none yet: its tags are unknown, so nothing may be called
+    unplaceable for want of them."""
+    known = {n: frozenset(rec.tags) for n, rec in st.nodes.items() if not is_removed(st, n)}
+    if any(m.node_id not in known for m in active(st)):
+        return None
+    return tuple(known[n] for n in sorted(known))
+
+
+def unplaceable(tags: tuple[str, ...], tagsets: tuple[frozenset[str], ...] | None) -> str | None:
+    """``unplaceable: no member has tags [gpu]`` when no member (of ``tagsets``, from
+    :func:`member_tags`) has all of ``tags``: no run of such a job can be placed until a
+    node with them joins. None when one has them, or when that is not known."""
+    if not tags or tagsets is None or any(t.issuperset(tags) for t in tagsets):
+        return None
+    return f"{MissReason.unplaceable.value}: no member has tags [{', '.join(tags)}]"
 
 
 def apply_member(st: ClusterState, cmd: Member) -> dict[str, Any]:

@@ -131,7 +131,10 @@ class MissReason(enum.StrEnum):
     overlap = "overlap"
     """The previous run was still active (``overlap = skip``/``queue``)."""
     no_node = "no_node"
-    """No live node has the job's tags."""
+    """No live node has the job's tags (a member that is down has them)."""
+    unplaceable = "unplaceable"
+    """No member has the job's tags; the reason names them:
+    ``unplaceable: no member has tags [gpu]``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

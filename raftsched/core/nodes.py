@@ -42,7 +42,8 @@ def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
     else:
         if boot != rec.boot_ms:
             # The node restarted: whatever it had started died with its old process.
-            claims.release_node(st, node_id, at, "started", "restarted")
+            claims.release_node(st, node_id, at, "started", "restarted",
+                                seen_ms=rec.last_hb_ms)
         if not rec.alive:
             st.effects.append(NodeBack(node_id))
         rec.boot_ms, rec.last_hb_ms, rec.slots, rec.queue = boot, at, slots, queue

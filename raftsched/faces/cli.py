@@ -100,13 +100,17 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
                 replies = client.put_jobs(specs, atomic=True)["results"]
             except InvalidSpec as exc:
                 raise refused_by_node(exc, specs) from None
-            results = [{"job": r.get("job"), "version": r.get("version"),
-                        "created": r.get("created")} for r in replies]
+            results = [{k: r[k] for k in ("job", "version", "created", "warnings") if k in r}
+                       for r in replies]
     if args.json:
         _emit(args, results, str)
     else:
         for result in results:
             print(format_put(result))
+    # Put all the same (a node with the tags may join later), but said where it is seen.
+    for result in results:
+        for warning in result.get("warnings") or ():
+            print(f"warning: job {clean(result.get('job'))}: {clean(warning)}", file=sys.stderr)
     return 0
 
 

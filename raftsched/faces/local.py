@@ -2,11 +2,13 @@
 
 It writes a cluster config into the data dir, starts one ``raftsched node`` process
 per node, prints a readable live feed of the runs across the cluster (from the
-nodes' JSON event lines), and stops every node cleanly on Ctrl-C.
+nodes' JSON event lines), and on Ctrl-C drains the cluster, then stops every node
+(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.faces.ports`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,10 +16,19 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
-from raftsched.faces.launcher import base_layout, config_text, spawn_node, terminate_procs
+from raftsched.faces import localstop, ports
+from raftsched.faces.launcher import (
+    NodeAddrs,
+    base_layout,
+    config_text,
+    spawn_node,
+    terminate_procs,
+)
 from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
+from raftsched.wire.client import Client
 from raftsched.wire.secretfile import load_or_create_secret
 
 #: Events shown in the live feed (others are still in the nodes' logs).
@@ -34,6 +45,35 @@ def write_config(path: str, *, nodes: int, base_port: int, data_dir: str,
     with open(path, "w", encoding="utf-8") as f:
         f.write(config_text(base_layout(nodes, base_port), data_dir=data_dir,
                             secret_env=DEFAULT_SECRET_ENV, workers=workers))
+
+
+def layout_ports(layout: list[NodeAddrs]) -> list[tuple[str, str]]:
+    """``(what, addr)`` of every port the nodes of ``layout`` listen on."""
+    out = []
+    for n in layout:
+        out += [(f"{n.id} raft", n.raft), (f"{n.id} api", n.api),
+                (f"{n.id} metrics", n.metrics)]
+        if n.http is not None:
+            out.append((f"{n.id} http", n.http))
+    return out
+
+
+def check_ports(layout: list[NodeAddrs]) -> str | None:
+    """None when every port of ``layout`` is free, else the error to print: all or
+    nothing, since a node restart-looping on a taken port beside nodes that formed a
+    cluster without it looks like a working cluster (and the taken API port may be
+    another cluster's)."""
+    top = max(int(addr.rpartition(":")[2]) for _, addr in layout_ports(layout))
+    if top > 65535:
+        return f"--base-port: the layout would need port {top}; ports end at 65535"
+    busy = ports.taken(layout_ports(layout))
+    if not busy:
+        return None
+    lines = [f"raftsched local: {t.describe()}" for t in busy]
+    them = "it" if len(busy) == 1 else "them"
+    lines.append(f"raftsched local: started nothing; stop what holds {them} or choose "
+                 f"another --base-port (the nodes use P+1.., P+101.., P+201.., P+301..)")
+    return "\n".join(lines)
 
 
 def format_event(node_id: str, line: str) -> str | None:
@@ -118,6 +158,30 @@ class _Member:
         return min(lo * 2 ** max(self.quick_deaths - 1, 0), hi)
 
 
+def _drain_then_stop(procs: dict[str, subprocess.Popen[str]], client: Callable[[], Client],
+                     data_dir: str, stop_timeout_s: float, hurry: threading.Event,
+                     say: Callable[[str], None]) -> None:
+    """Stop the nodes so that their runs drain and commit their outcomes (see
+    :mod:`raftsched.faces.localstop`); a second stop signal cuts every wait short."""
+    with client() as cl:
+        say("raftsched local: stopping: draining every node (no new runs start)")
+        busy = (localstop.wait_idle(cl, time.monotonic() + stop_timeout_s, hurry, say)
+                if localstop.drain_all(cl, data_dir, say) else None)
+    for wave in localstop.stop_order(procs, busy):
+        if hurry.is_set():
+            return
+        if busy:
+            say(f"raftsched local: stopping {', '.join(wave)}")
+        for node_id in wave:
+            with contextlib.suppress(ProcessLookupError):
+                procs[node_id].send_signal(signal.SIGTERM)
+        # Each drains for up to stop_timeout, then commits its outcomes and leaves.
+        until = time.monotonic() + stop_timeout_s + 10
+        while (any(procs[n].poll() is None for n in wave) and not hurry.is_set()
+               and time.monotonic() < until):
+            hurry.wait(0.1)
+
+
 def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = None,
               out: IO[str] | None = None) -> int:
     """Start ``nodes`` node processes and feed their runs until Ctrl-C/SIGTERM; a node
@@ -126,22 +190,34 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
     if not 1 <= nodes <= 9:
         sys.stderr.write("error: --nodes must be 1..9\n")
         return 2
+    problem = check_ports(base_layout(nodes, base_port))
+    if problem is not None:
+        sys.stderr.write(problem + "\n")
+        return 1
     data_dir = os.path.abspath(data_dir or "./raftsched-local")
     os.makedirs(data_dir, exist_ok=True)
     cfg_path = os.path.join(data_dir, "cluster.toml")
     write_config(cfg_path, nodes=nodes, base_port=base_port, data_dir=data_dir)
     cfg = load_config(cfg_path)
     secret_line = ""
-    if not os.environ.get(DEFAULT_SECRET_ENV):
+    secret = os.environ.get(DEFAULT_SECRET_ENV) or None
+    if secret is None:
         # Made before the nodes start: they share it (and never race to make it).
-        _, secret_path = load_or_create_secret(data_dir)
+        secret, secret_path = load_or_create_secret(data_dir)
         secret_line = (f"  the cluster secret is in {secret_path}; this user's clients on "
                        f"this host find it\n")
     lock = threading.Lock()
     stopping = threading.Event()
+    hurry = threading.Event()  # a second stop signal: stop now, without the drain
 
     def stop(*_: Any) -> None:
+        if stopping.is_set():
+            hurry.set()
         stopping.set()
+
+    def client() -> Client:
+        return Client([n.api for n in cfg.nodes], secret=secret,
+                      timeout=localstop.CALL_TIMEOUT_S)
 
     def say(text: str) -> None:
         with lock:
@@ -164,7 +240,10 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
         f"  or:  export RAFTSCHED_ADDR={addrs}\n"
         f"  dashboard: http://{cfg.nodes[0].http}/ (its token: raftsched http-token --url)\n"
         f"{secret_line}"
-        "  a node that dies is restarted; Ctrl-C stops the cluster.")
+        "  a node that dies is restarted; Ctrl-C stops the cluster (its runs drain first).")
+    if localstop.read_marker(data_dir):
+        threading.Thread(target=localstop.undrain_marked, daemon=True,
+                         args=(client, data_dir, stopping, say)).start()
     code = 0
     try:
         while not stopping.is_set():
@@ -189,7 +268,13 @@ def run_local(*, nodes: int = 3, base_port: int = 7000, data_dir: str | None = N
                 break
             stopping.wait(0.2)
     finally:
+        running = {m.node_id: m.proc for m in members
+                   if m.proc is not None and m.proc.poll() is None}
+        if running and stopping.is_set() and not hurry.is_set():
+            _drain_then_stop(running, client, data_dir,
+                             cfg.timing.stop_timeout_ms / 1000, hurry, say)
         deadline = time.monotonic() + 10
+        # Whatever is left (all of them after a second Ctrl-C): at once, as before.
         terminate_procs({m.node_id: m.proc for m in members if m.proc is not None}, 10)
         for m in members:  # the nodes' last lines (node.stopped) reach the feed first
             if m.pump is not None:

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import members
 from raftsched.core.codec import packb
 from raftsched.core.commands import (
     COMMAND_VERSION,
@@ -72,6 +73,24 @@ def chunk_request_id(rid: str, first: int) -> str:
     if len(rid) + len(tail) <= 64:
         return rid + tail
     return hashlib.sha256(rid.encode()).hexdigest()[:64 - len(tail)] + tail
+
+
+def tag_warnings(specs: list[tuple[str, tuple[str, ...]]],
+                 tagsets: tuple[frozenset[str], ...] | None) -> dict[str, list[str]]:
+    """Job id -> the warnings of a put of it: a job whose tags no member has is put (a
+    node with them may join later), but its runs cannot be placed until then."""
+    out: dict[str, list[str]] = {}
+    for job_id, tags in specs:
+        why = members.unplaceable(tags, tagsets)
+        if why is not None:
+            text = why.partition(": ")[2]
+            out[job_id] = [f"{text}: its runs cannot be placed until a node with them "
+                           f"joins (they are recorded missed, unplaceable)"]
+    return out
+
+
+def _tags_of(specs: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
+    return [(s["id"], tuple(s.get("tags") or ())) for s in specs]
 
 
 def _paused_mark(st: ClusterState, job_id: str) -> tuple[Schedule, int] | None:
@@ -154,7 +173,17 @@ class JobOps:
         reply = await self.writes.submit(PutJob(spec=job.to_spec(),
                                                 max_jobs=self.limits.max_jobs, at=0),
                                          args.get("rid"))
-        return {"job": reply["job"], "version": reply["version"], "created": reply["created"]}
+        out = {"job": reply["job"], "version": reply["version"], "created": reply["created"]}
+        return self._warned([out], [(job.id, job.tags)])[0]
+
+    def _warned(self, results: list[Any], specs: list[tuple[str, tuple[str, ...]]]) -> Any:
+        """``results`` (put replies), each with ``warnings`` when its job has any (a
+        copy: a reply may be the one the state machine remembers for its request id)."""
+        warned = tag_warnings(specs, self.raft.read(members.member_tags))
+        if not warned:
+            return results
+        return [dict(r, warnings=warned[r["job"]])
+                if isinstance(r, dict) and r.get("job") in warned else r for r in results]
 
     async def put_jobs(self, args: dict[str, Any]) -> Any:
         """Bulk import of up to MAX_PUT_BATCH specs (validated here first): an atomic one
@@ -176,7 +205,7 @@ class JobOps:
                 PutJobs(specs=tuple(normalized), max_jobs=max_jobs, atomic=True,
                         if_changed=if_changed, at=0, v=put_version(if_changed)),
                 args.get("rid"))
-            return {"results": reply["results"]}
+            return {"results": self._warned(list(reply["results"]), _tags_of(normalized))}
         # Each spec is put on its own anyway: commit them PUT_CHUNK at a time,
         # PUT_PIPELINE chunks in flight; each chunk's request id derives from the
         # caller's, so a retried bulk put re-applies no chunk.
@@ -193,7 +222,7 @@ class JobOps:
                 for k in starts[w:w + window]))
             for reply in replies:
                 results += reply["results"]
-        return {"results": results}
+        return {"results": self._warned(results, _tags_of(normalized))}
 
     async def get_job(self, args: dict[str, Any]) -> Any:
         job_id = job_id_arg(args)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import lease
+from raftsched.core import lease, members
 from raftsched.core.commands import (
     PAST_AT_VERSION,
     Command,
@@ -339,7 +339,17 @@ class LeaderLoop:
         most when it does not move)."""
         asked, self._transfer_to = self._transfer_to, None
         me = self.node_id
-        draining = self.raft.read(lambda st: me in st.nodes and st.nodes[me].draining)
+
+        def must_hand_over(st: ClusterState) -> bool:
+            # Only to a node that takes work: with every node draining (`local` stopping
+            # the whole cluster) leadership would go round, an election a second, while
+            # the finishes the drain waits for need a leader.
+            return (me in st.nodes and st.nodes[me].draining
+                    and any(n != me and rec.alive and not rec.draining
+                            and not members.is_removed(st, n)
+                            for n, rec in st.nodes.items()))
+
+        draining = self.raft.read(must_hand_over)
         if asked is None and not draining:
             return
         if asked is None and self.clock.monotonic() - self._last_transfer < 1.0:

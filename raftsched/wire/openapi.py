@@ -49,7 +49,9 @@ SCHEMAS: dict[str, Any] = {
     "PutResult": {
         "type": "object", "required": ["job", "version", "created"],
         "properties": {"job": {"type": "string"}, "version": {"type": "integer"},
-                       "created": {"type": "boolean"}}},
+                       "created": {"type": "boolean"},
+                       # Present when there are any: e.g. tags no member has.
+                       "warnings": {"type": "array", "items": {"type": "string"}}}},
     "PutManyResult": {
         "type": "object", "required": ["results"],
         "properties": {"results": {"type": "array", "items": {"type": "object"}}}},

@@ -114,6 +114,9 @@ class LocalProcess:
 
     def close(self) -> None:
         """Kill whatever is left: local itself and every node pid it reported."""
+        # Its banner may not have been read yet (a test that failed before it looked):
+        # the node pids are in it.
+        self.read()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)

@@ -142,14 +142,16 @@ def test_respects_limit_slots_plus_queue() -> None:
 
 def test_no_node_with_tags_records_missed_after_grace() -> None:
     st = fresh(2)
+    hb(st, "g", tags=("gpu",))  # the one member with the tag, down meanwhile
+    up = ("n1", "n2")
     put(st, "gpu", tags=["gpu"], schedule={"every": "1h"}, misfire={"grace": "30s"})
     # Within the grace nothing is recorded: the mark stays and it retries.
     for now in (T0, T0 + 5 * S, T0 + 30 * S):
-        cmd = plan(st, ctx(st, now))
+        cmd = plan(st, ctx(st, now, live=caps(st, up)))
         assert cmd is None or not cmd["fires"]
     assert st.jobs["gpu"].hwm_ms < T0
     # Past the grace the fire time is recorded missed/no_node, never assigned.
-    cmd = plan(st, ctx(st, T0 + 31 * S))
+    cmd = plan(st, ctx(st, T0 + 31 * S, live=caps(st, up)))
     assert cmd["fires"] == [["miss", "gpu", T0, T0, 1, "missed", "no_node"]]
     ok(st, cmd)
     assert not st.runs
