@@ -6,9 +6,8 @@ each job has ~10,080 missed fire times to account for. Before the fix the leader
 counted them one by one under the Raft lock: 300 jobs stalled the cluster ~35 s with 7
 term changes. Asserted: ``status`` answers in every second once a leader is known (it
 is served from the node's event loop and takes the Raft lock), every job gets its
-catch-up run and one exact missed range, and its records cover every fire time. The
-term changes during recovery are reported (0 expected) and bounded loosely, so that a
-loaded machine's election does not fail the test.
+catch-up run and one exact missed range, and its records cover every fire time; at
+most one second unanswered (a loaded machine's margin) and no term change.
 
 ``RAFTSCHED_OUTAGE_JOBS=300 pytest tests/integration/test_long_outage.py -s`` runs the
 issue's original scenario and prints its figures.
@@ -108,5 +107,7 @@ def test_week_long_outage_recovers_answering_throughout(cluster_factory, tmp_pat
         assert got["range"]["count"] > 10_000 - 60, (job, got)  # a week of minutes, exact
         assert got["range"]["state"] == "missed", (job, got)
     assert all(got["run"]["exit_code"] == 0 for got in done.values())  # it ran, here
-    assert figures["unanswered_seconds"] <= 2, figures
-    assert figures["term_changes"] <= 2, figures  # 0 expected (reported above)
+    # Measured 0 and 0 (also beside a nemesis run); one unanswered second is the
+    # margin for a loaded 2-core machine, a recovery that costs an election is a bug.
+    assert figures["unanswered_seconds"] <= 1, figures
+    assert figures["term_changes"] == 0, figures

@@ -148,9 +148,10 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
     assert not doubled, f"run ids executed more than once: {doubled}"
     assert not twice, f"fire times with two outcomes: {twice[:5]}"
     assert not lost, f"fire times not run exactly once: {lost[:10]}"
-    # A cluster that stopped scheduling during the change would miss every job's fire
-    # times of an instant; one starved node misses only the few runs it held.
-    assert len(starved) < len(JOBS), f"fire times missed, the node starved: {starved[:10]}"
+    # None expected (measured: 0 in every run, also beside a nemesis run); a node the
+    # machine starves past its lease fences itself and misses the one or two runs it
+    # held, never an instant's worth (a cluster that stopped scheduling would).
+    assert len(starved) <= 2, f"fire times missed, the node starved: {starved[:10]}"
     return figures
 
 

@@ -476,11 +476,13 @@ def test_example_apps(tmp_path) -> None:
         result = {name: f.result()[name] for name, f in futures.items()}
     shape = re.compile(r"(\d+) fire times, 0 missing, 0 executed twice \((\d+) retried after a "
                        r"crash\), by (\d) members in (\d) processes")
+    # README: run3's runs spread over its members ("by 3 members", 2 when the machine
+    # starves one), gunicorn's single node holds them all ("by 1 members").
     # gunicorn.sh SIGKILLs the node's worker once: a run it had executed but not yet
     # recorded runs again as attempt 2 (on_node_lost = retry; so may one a starved
     # run3 member stopped when it fenced itself). Never one attempt twice.
-    for name, members, retries in (("run3", 3, 3), ("gunicorn", 1, 3)):
+    for name, members, retries in (("run3", (2, 3), 3), ("gunicorn", (1,), 3)):
         assert result[name]["rc"] == 0, result[name]
         m = shape.search(result[name]["out"])
         assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= retries \
-            and int(m.group(3)) <= members, result[name]
+            and int(m.group(3)) in members, result[name]

@@ -94,13 +94,17 @@ def test_a_woken_deposed_leader_releases_nothing(cluster_factory, tmp_path):
     healthy = [n for n in c.ids if n != leader]
     stops: list[tuple[str, float, float]] = []
     for _ in range(2):
+        term_before = c.status(leader)["term"]
         c.signal(leader, signal.SIGSTOP)
         t_stop = time.time()
         # Past the node timeout (2 s): the others elect a new leader meanwhile.
         time.sleep(4.5)
+        # The fault this test is about happened: the stopped leader was deposed (a
+        # newer term leads among the others) and so wakes with a stale view.
+        deposer = c.wait_leader(among=healthy)
+        assert c.status(deposer)["term"] > term_before, "the stopped leader was not deposed"
         c.signal(leader, signal.SIGCONT)
         stopped, t_woken = leader, time.time()
-        c.wait_leader(among=healthy)
         # Then every node, the woken one too, agrees on one leader. Not necessarily the
         # one the others elected while it slept: woken, it may ask for votes at a higher
         # term before it hears of that leader (pysyncobj has no pre-vote), which forces
@@ -147,16 +151,24 @@ def test_a_node_paused_between_start_and_instant_never_spawns_a_moved_run(
                         "on_node_lost": "retry", "misfire": {"policy": "skip", "grace": "10s"}})
     wait_until(lambda: sum(r["NODE_ID"] == "n2" for r in executions(ran)) >= 2, 30,
                "runs executing on n2")
+    pauses = []
     for _ in range(2):
         # Just before an instant: n2 has committed its runs' starts (200 ms ahead) and
         # waits for the instant to spawn them.
         instant = (int(time.time()) // 2 + 2) * 2
         time.sleep(max(instant - 0.06 - time.time(), 0))
         c.signal("n2", signal.SIGSTOP)
+        t_stop = time.time()
         time.sleep(4.0)  # past the node timeout: the runs go to n3 with new fences
         c.signal("n2", signal.SIGCONT)
+        pauses.append((t_stop, time.time()))
         time.sleep(2.0)
     time.sleep(4.0)  # every execution started so far has ended and is witnessed
+    # The fault window happened: the cluster declared the paused n2 lost while it
+    # slept (so its runs were handed on) at least once.
+    lost = [e["ts_ms"] / 1000 for nid in c.ids for e in c.events(nid)
+            if e.get("event") == "node.lost" and e.get("lost_node") == "n2"]
+    assert any(t0 <= t <= t1 + 1.0 for t in lost for t0, t1 in pauses), (lost, pauses)
     records = executions(ran)
     stale = stale_starts(records)
     assert not stale, f"a node started a run already handed on: {stale[:3]}"
