@@ -310,7 +310,7 @@ def _by_fault_kind(findings: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 
 def _finding_time(f: dict[str, Any]) -> float | None:
-    if "executions" in f:
+    if isinstance(f.get("executions"), list):  # no_progress carries a count
         return max(e["start"] for e in f["executions"])
     if "execution" in f:
         return f["execution"]["start"]
