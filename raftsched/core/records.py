@@ -97,7 +97,8 @@ class RunRecord:
     :var reason: why it ended as it did (``exit 3``, ``no_leader``, ``overload`` ...).
     :var created_ms: when the run record was created.
     :var assigned_ms: when it was last assigned.
-    :var started_ms: when its node committed its start.
+    :var started_ms: when its node committed its start (up to ``lookahead`` before the
+        fire time; the API's ``executed_ms`` is when it began to run, see :meth:`view`).
     :var finished_ms: when it reached a terminal state.
     :var exit_code: the process exit code, if any.
     :var tail: the bounded tail of its stdout/stderr.
@@ -161,6 +162,16 @@ class RunRecord:
     def to_dict(self) -> dict[str, Any]:
         d = {name: getattr(self, name) for name in self._FIELDS}
         d["transitions"] = [dict(zip(TRANSITION_KEYS, t, strict=True)) for t in self.transitions]
+        return d
+
+    def view(self) -> dict[str, Any]:
+        """What the API shows: the record, and ``executed_ms``, when it began to run. A
+        node commits a start up to ``lookahead`` before the fire time (``started_ms``)
+        and spawns the run at the fire time, so a run never shows as begun before it
+        was due; a late start (a retry, a catch-up) began at its commit."""
+        d = self.to_dict()
+        d["executed_ms"] = (None if self.started_ms is None
+                            else max(self.started_ms, self.scheduled_ms))
         return d
 
     def to_row(self) -> list[Any]:

@@ -244,7 +244,7 @@ class ClusterState:
         runs.extend(reversed(self.history.get(job_id, ())))
         if before_ms is not None:
             runs = [r for r in runs if r.scheduled_ms < before_ms]
-        return [r.to_dict() for r in runs[:limit]]
+        return [r.view() for r in runs[:limit]]
 
     def due_jobs(self, until_ms: int, limit: int,
                  skip: Collection[str] = ()) -> list[JobRecord]:

@@ -140,7 +140,8 @@ def format_runs(result: dict[str, Any]) -> str:
             scheduled += f"..{format_time(r.get('until_ms'))}"
         rows.append([run_id, scheduled, _dash(r.get("node")), _dash(r.get("attempt")),
                      _dash(r.get("fence")), _dash(r.get("state")), _dash(r.get("reason")),
-                     format_time(r.get("started_ms")), format_time(r.get("finished_ms")),
+                     format_time(r.get("executed_ms", r.get("started_ms"))),
+                     format_time(r.get("finished_ms")),
                      _dash(r.get("exit_code"))])
     if not rows:
         return f"no runs of {clean(result.get('job', '?'))} yet"

@@ -142,6 +142,12 @@ def feed_event(eff: Effect, *, node: str, seq: int, ts_ms: int) -> dict[str, Any
     if name is None:
         return None
     ev: dict[str, Any] = {"seq": seq, "ts_ms": ts_ms, "event": name, "node": node}
+    if isinstance(eff, RunStarted):
+        # A start is committed up to the lookahead before its fire time and the run is
+        # spawned at the fire time: the feed says when it runs, and when it was committed.
+        due = _scheduled(eff.run_id)
+        if due is not None and due > ts_ms:
+            ev.update(ts_ms=due, committed_ms=ts_ms)
     match eff:
         case RunAssigned(run_id, on, fence) | RunStarted(run_id, on, fence):
             ev.update(run_id=run_id, on=on, fence=fence)
@@ -159,6 +165,11 @@ def feed_event(eff: Effect, *, node: str, seq: int, ts_ms: int) -> dict[str, Any
     if "run_id" in ev:
         ev["job_id"] = str(ev["run_id"]).rpartition("@")[0]
     return ev
+
+
+def _scheduled(run_id: str) -> int | None:
+    tail = str(run_id).rpartition("@")[2]
+    return int(tail) if tail.isdigit() else None
 
 
 def configure(level: str = "info", fmt: str = "json", stream: Any = None) -> None:

@@ -79,7 +79,8 @@ SCHEMAS: dict[str, Any] = {
                        "scheduled_ms": {"type": "integer"}, "state": {"type": "string"},
                        "attempt": {"type": "integer"}, "fence": {"type": "integer"},
                        "node": _NULLABLE_STR, "reason": {"type": "string"},
-                       "started_ms": _NULLABLE_INT, "finished_ms": _NULLABLE_INT,
+                       "started_ms": _NULLABLE_INT, "executed_ms": _NULLABLE_INT,
+                       "finished_ms": _NULLABLE_INT,
                        "exit_code": _NULLABLE_INT, "tail": {"type": "string"},
                        "transitions": {"type": "array", "items": {"type": "object"}}}},
     "RunList": {

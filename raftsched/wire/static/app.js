@@ -291,8 +291,10 @@ function renderRuns(runs) {
     }
   }
   $("runs").tBodies[0].replaceChildren(...runs.map((r) => {
-    const late = r.started_ms != null ? r.started_ms - r.scheduled_ms : null;
-    const took = r.started_ms != null && r.finished_ms != null ? r.finished_ms - r.started_ms : null;
+    // executed_ms: when it began to run (a start is committed ahead of its fire time).
+    const began = r.executed_ms != null ? r.executed_ms : r.started_ms;
+    const late = began != null ? began - r.scheduled_ms : null;
+    const took = began != null && r.finished_ms != null ? r.finished_ms - began : null;
     return el("tr", { id: `run-${r.run_id}`, "data-run": r.run_id, "data-state": r.state },
       el("td", {}, r.run_id), el("td", { class: "fire" }, fireTimes(r)),
       el("td", {}, el("span", { class: `st ${r.state}` }, r.state), times(r)),
