@@ -127,6 +127,7 @@ class Admission:
         self._hb_max = 0.0
         self._last = (0.0, 0, 0, 0.0, 0.0)
         self._cause = ""
+        self.busy = False
         self.congested = 0
         self.held = 0
         self.granted = 0
@@ -202,6 +203,9 @@ class Admission:
                       self._hb_max)
         self._commit_max, self._lag_max, self._queue_max = 0.0, 0, 0
         self._gap_max = self._hb_max = 0.0
+        #: The period just ended was congested or held planning back: the leader has no
+        #: spare capacity, and bulk reads on it are paced (readpace.py).
+        self.busy = bool(cause) or self._limited
         if cause:
             self.congested += 1
             self._cause = cause

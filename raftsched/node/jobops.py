@@ -112,8 +112,12 @@ class JobOps:
 
     def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
                  limits: Limits,
-                 allowed_call_prefixes: Callable[[], tuple[str, ...] | None]) -> None:
+                 allowed_call_prefixes: Callable[[], tuple[str, ...] | None],
+                 read_delay: Callable[[int], float] | None = None) -> None:
         self.raft = raft
+        #: How long a read of so many views waits first (readpace.py: a busy leader
+        #: paces bulk reads); None: never.
+        self.read_delay = read_delay
         self.writes = writes
         self.reads = reads
         self.limits = limits
@@ -127,12 +131,16 @@ class JobOps:
                 "runs": self.runs, "next_fires": self.next_fires,
                 "preview_put": self.preview_put}
 
-    async def caught_up(self, args: dict[str, Any]) -> bool:
-        """Wait until a read may be served (see reads.py); True when the caller asked
-        for a ``stale`` read instead, which the reply then says."""
+    async def caught_up(self, args: dict[str, Any], cost: int = 1) -> bool:
+        """Wait until a read of about ``cost`` views may be served (its turn on a busy
+        leader, readpace.py; then the barrier, reads.py); True when the caller asked for
+        a ``stale`` read instead, which the reply then says."""
         stale = args.get("stale", False)
         if not isinstance(stale, bool):
             raise InvalidArgument("stale", "must be a boolean")
+        delay = self.read_delay(cost) if self.read_delay is not None else 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
         if not stale:
             await self.reads.wait()
         return stale
@@ -236,7 +244,7 @@ class JobOps:
         if not isinstance(prefix, str) or isinstance(limit, bool) or not isinstance(limit, int) \
                 or not 0 < limit <= 100_000:
             raise InvalidArgument("limit", "prefix must be a string, limit 1..100000")
-        stale = await self.caught_up(args)
+        stale = await self.caught_up(args, cost=limit)
         # Sorting a million ids takes ~0.3 s: never while holding the lock the Raft
         # thread needs to apply (that would cost an election).
         ids = self.raft.read(lambda st: list(st.jobs))
@@ -288,7 +296,7 @@ class JobOps:
         if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
             raise InvalidArgument("before", "must be a scheduled time in epoch ms (a page's "
                                             "last scheduled_ms)")
-        stale = await self.caught_up(args)
+        stale = await self.caught_up(args, cost=limit)
         reply = {"job": job_id, "runs": self.raft.read(
             lambda st: notifier.with_status(st, st.run_views(job_id, limit, before)))}
         return dict(reply, stale=True) if stale else reply

@@ -64,6 +64,7 @@ from raftsched.node.leaderloop import LeaderLoop
 from raftsched.node.liveness import Liveness
 from raftsched.node.loopsnapshot import LoopSnapshot
 from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
+from raftsched.node.readpace import ReadPacer
 from raftsched.node.reads import ReadBarrier
 from raftsched.node.secrets import SecretSource
 from raftsched.node.status import StatusView
@@ -214,9 +215,17 @@ class Node:
         self.writes = ClientWrites(
             raft=self.raft, quorum_problem=status.quorum_problem,
             quorum_grace_s=max(cfg.timing.election_timeout_max_ms / 1000, 0.5))
+        pacer = ReadPacer(time.monotonic())
+        leader = self.leader
+
+        def read_delay(cost: int) -> float:
+            busy = leader.active and leader.admission.busy
+            return pacer.delay_s(cost, time.monotonic(), busy=busy)
+
         self.jobs = JobOps(raft=self.raft, writes=self.writes, reads=self.reads,
                            limits=cfg.limits,
-                           allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes)
+                           allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes,
+                           read_delay=read_delay)
         cluster = ClusterOps(raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg,
                              node_ids=self.raft_to_id.values,
                              build_status=status.build)
