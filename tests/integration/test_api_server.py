@@ -570,7 +570,10 @@ def test_cli_against_a_server(harness: Harness, tmp_path: Path,
     common = ["--addr", f"127.0.0.1:{server.bound_port}", "--secret-env", "MY_SECRET",
               "--timeout", "5"]
     jobs = tmp_path / "jobs.toml"
-    jobs.write_text('[[jobs]]\nid = "a"\n[jobs.env]\nTOKEN = "hunter2"\n\n[[jobs]]\nid = "b"\n')
+    # Valid specs: the CLI refuses an invalid file itself, before it sends anything.
+    jobs.write_text('[[jobs]]\nid = "a"\ncommand = ["true"]\nschedule = { every = "1h" }\n'
+                    '[jobs.env]\nTOKEN = "hunter2"\n\n'
+                    '[[jobs]]\nid = "b"\ncommand = ["true"]\nschedule = { every = "1h" }\n')
     assert main(["job", "put", str(jobs), *common]) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == ["put a (version 1, created)", "put b (version 1, created)"]

@@ -48,7 +48,7 @@ def test_backup_under_load_restores_into_a_new_cluster(cluster_factory, tmp_path
     header, state = decode_backup(data, path)
     assert header["node"] == follower and header["index"] > 0 and header["term"] >= 1
     assert set(state.jobs) == {f"b{i}" for i in range(10)} | {"nightly"}
-    history = {job: [r.to_dict() for r in state.history.get(job, ())] for job in state.jobs}
+    history = {job: [r.view() for r in state.history.get(job, ())] for job in state.jobs}
     assert sum(map(len, history.values())) >= 30, "the backup holds the run history"
     # Destroy the cluster: processes and data.
     c.close()

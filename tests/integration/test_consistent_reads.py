@@ -32,7 +32,9 @@ def _hammer(addr: str, stop: threading.Event, seen: dict[str, list[Any]]) -> Non
     """Ask list_jobs and get_job over and over; record every answer and every error."""
     while not stop.is_set():
         try:
-            with Client([addr], timeout=3.0) as cl:
+            # A short timeout, so a read made while the node is down or replaying ends
+            # in an error the test sees, not in a client that quietly waits it out.
+            with Client([addr], timeout=0.5) as cl:
                 while not stop.is_set():
                     total = cl.list_jobs(limit=1)["total"]
                     seen["totals"].append(total)
