@@ -289,6 +289,11 @@ class RaftSyncObj(SyncObj):
     _rs_older_leader_seen = 0.0
     #: Rounds in a row that ended without a majority (reset by a current leader).
     _rs_prevote_failures = 0
+    #: When (monotonic) this node's Raft thread last ticked (None before its first).
+    _rs_last_tick: float | None = None
+    #: When it last came back from not running for an election timeout (a SIGSTOP, a VM
+    #: pause, a starved host): see :meth:`_rs_prevote_grant`.
+    _rs_woke_at = float("-inf")
     #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
     #: ``[cluster] durability == "sync"``: group commit (raftsched.node.durable).
@@ -336,6 +341,11 @@ class RaftSyncObj(SyncObj):
                     0.0, self._rs_quick_spread_s)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        now = time.monotonic()
+        if (self._rs_last_tick is not None
+                and now - self._rs_last_tick > self._SyncObj__conf.raftMinTimeout):
+            self._rs_woke_at = now
+        self._rs_last_tick = now
         if not self._rs_adopted:
             self._rs_adopt_journal()
         if self._rs_joining:
@@ -521,8 +531,19 @@ class RaftSyncObj(SyncObj):
             return False
         if self._SyncObj__raftState == st.LEADER:
             return False  # we lead: check-quorum steps us down if we cannot
+        now = time.monotonic()
+        conf = self._SyncObj__conf
+        if (now - self._rs_woke_at < conf.raftMaxTimeout + conf.connectionRetryTime
+                and self._rs_leader_seen < self._rs_woke_at):
+            # We did not run for a while and have heard from no leader since: our
+            # silence says nothing about the leader's. Its connection to us may have
+            # been dropped meanwhile and takes up to a retry period and an append to
+            # come back; a peer whose timer expired in that window (its own stall, a
+            # leader busy catching us up) would otherwise win with our yes and depose
+            # a working leader. If the leader really is gone, we say yes a moment later.
+            return False
         leader = self._SyncObj__raftLeader
-        recent = time.monotonic() - self._rs_leader_seen < self._SyncObj__conf.raftMinTimeout
+        recent = now - self._rs_leader_seen < conf.raftMinTimeout
         return not (leader is not None and leader != node and recent
                     and leader in self._SyncObj__connectedNodes)
 

@@ -85,3 +85,36 @@ def test_a_dead_leaders_followers_still_elect_a_new_one(tmp_path) -> None:
         assert sum(n.sync.rs_elections for n in c.nodes.values()) >= 1
     finally:
         c.close()
+
+
+def test_a_node_back_from_a_pause_vouches_for_no_candidate_until_it_hears_a_leader(
+        tmp_path) -> None:
+    """A follower that did not run for a while cannot tell whether the leader lives: its
+    silence is its own. Past the connection timeout the leader dropped its connection,
+    so for up to a reconnect nothing tells it otherwise; a peer whose timer expired
+    just then (its own stall, or a leader busy catching the woken node up) must not
+    win a pre-vote with its yes (a CI run saw exactly that: term 1 -> 2 at a wake-up)."""
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=2500)
+    try:
+        leader, term = establish(c)
+        woken, other = (n for n in c.nodes if n != leader)
+        _pause(c, woken, 4.0)
+        c.nodes[woken].tick(0.002)  # its first tick back: nothing from the leader yet
+        sync = c.nodes[woken].sync
+        assert sync._rs_woke_at > 0, "the replica did not notice its own pause"
+        peer = next(n for n in sync._SyncObj__otherNodes
+                    if getattr(n, "address", None) == c.addr[other])
+        mine = c.nodes[other].sync
+        ask = {"type": "rs_prevote", "term": mine._SyncObj__raftCurrentTerm + 1,
+               "last_log_index": mine._SyncObj__getCurrentLogIndex(),
+               "last_log_term": mine._SyncObj__getCurrentLogTerm()}
+        assert sync._rs_prevote_grant(peer, ask) is False
+        woke_at, sync._rs_woke_at = sync._rs_woke_at, float("-inf")
+        # Without the rule it would have said yes: the check above can fail.
+        assert sync._rs_prevote_grant(peer, ask) is True
+        sync._rs_woke_at = woke_at
+        _resume(c, 4.0)
+        assert c.until(c.leader, "leader after the pause") == leader
+        assert _terms(c) == {term}
+    finally:
+        c.close()
