@@ -43,10 +43,13 @@ def test_a_callable_of_a_module_being_imported_resolves_without_waiting(tmp_path
     importer = threading.Thread(target=importlib.import_module, args=(name,), daemon=True)
     try:
         importer.start()
-        for _ in range(500):
-            if name in sys.modules:
+        # Until the import has reached the gate: ``job`` defined, ``later`` not yet (the
+        # module is in sys.modules from the first line of its body, before ``job``).
+        for _ in range(1000):
+            if hasattr(sys.modules.get(name), "job"):
                 break
             threading.Event().wait(0.01)
+        assert hasattr(sys.modules.get(name), "job"), "the import never reached its gate"
         got: dict[str, object] = {}
 
         def resolve() -> None:
