@@ -350,7 +350,7 @@ def apply_release(st: ClusterState, cmd: Release) -> dict[str, Any]:
 
 
 def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str, *,
-                 seen_ms: int | None = None) -> list[str]:
+                 seen_ms: int | None = None, text: str | None = None) -> list[str]:
     """Release a node's claims: ``assigned`` runs (scope ``assigned`` or ``all``) go back
     to pending; ``started`` runs (scope ``started`` or ``all``) follow ``on_node_lost``.
 
@@ -358,8 +358,12 @@ def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str, 
     heartbeat, for a restart); their retries are due from then, not from ``at``, so the
     leader records a retry that fell due during a long outage as late (the misfire
     grace) instead of running it minutes late. Only ever earlier than ``at``: where a
-    retry waits (its start time) does not change."""
+    retry waits (its start time) does not change.
+
+    ``text``: what a released started run records as its reason (default ``node
+    <id> <reason>``)."""
     released: list[str] = []
+    why = f"node {node} {reason}" if text is None else text
     for run in st.active_on(node):
         if run.state == _ASSIGNED and scope in ("assigned", "all"):
             st.table.move(run, RunState.pending, at, f"released: {reason}", node=None)
@@ -369,9 +373,9 @@ def release_node(st: ClusterState, node: str, at: int, scope: str, reason: str, 
             if (rec is not None and rec.spec.on_node_lost.value == "retry"
                     and not rec.spec.paused):
                 due = at if seen_ms is None else min(at, max(seen_ms, run.started_ms or 0))
-                _retry(st, run, at, RunState.lost, f"node {node} {reason}", due)
+                _retry(st, run, at, RunState.lost, why, due)
             else:
-                end_run(st, run, at, RunState.lost, f"node {node} {reason}")
+                end_run(st, run, at, RunState.lost, why)
             released.append(run.run_id)
     if released:
         st.effects.append(ClaimsReleased(node, released, reason))

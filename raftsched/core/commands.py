@@ -43,6 +43,7 @@ from raftsched.core.cmdbase import (
     ClientCommand,
     Command,
     base_fields,
+    client_fields,
     int_field,
     is_int,
     items_field,
@@ -275,6 +276,39 @@ class Finish(Command):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Certify(ClientCommand):
+    """A death certificate: incarnation ``boot`` of ``node`` is dead and nothing of it
+    runs or can still start (its guard killed and reaped every process of it, or the
+    node restarted on its data dir). Any member proposes it for the guard or for
+    itself; it is honoured only for the node's current incarnation."""
+
+    node: str
+    """The dead node's id."""
+    boot: int
+    """The dead incarnation: the ``boot`` of its heartbeats."""
+    by: str = "guard"
+    """Who proved it: ``guard`` (the node's guard saw it die and killed what it left)
+    or ``restart`` (a new incarnation holds its data dir)."""
+
+    OP = "certify"
+    WIRE = ("node", "boot", "by", "rid", "at")
+    OMIT = {"rid": None}
+
+    @classmethod
+    def from_wire(cls, cmd: dict[str, Any]) -> Certify:
+        node = str_field(cmd, "node")
+        boot = int_field(cmd, "boot")
+        by = cmd.get("by", "guard")
+        if by not in CERTIFIERS:
+            raise InvalidArgument("by", f"must be one of {', '.join(CERTIFIERS)}")
+        return cls(node=node, boot=boot, by=by, **client_fields(cmd))
+
+
+#: Who may prove a death (:attr:`Certify.by`).
+CERTIFIERS = ("guard", "restart")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Read(Command):
     """A read barrier: its apply proves the node applied everything before it."""
 
@@ -339,7 +373,7 @@ class NotifyResults(Command):
 COMMANDS: dict[str, type[Command]] = {c.OP: c for c in (
     PutJob, PutJobs, ApplyJobs, DeleteJob, Pause, Resume, Trigger, Drain, Transfer, Heartbeat,
     LeaderRecord, Release, Plan, Start, Finish, Read, NotifyDefault, NotifyResults,
-    Member)}
+    Member, Certify)}
 
 
 def command_class(cmd: Any) -> type[Command]:
@@ -370,7 +404,8 @@ def decode(blob: bytes) -> Command:
 
 
 __all__ = [
-    "COMMANDS", "COMMAND_VERSION", "COMMAND_VERSIONS", "DROP_OUTCOMES", "FINISH_OUTCOMES",
+    "CERTIFIERS", "COMMANDS", "COMMAND_VERSION", "COMMAND_VERSIONS", "Certify",
+    "DROP_OUTCOMES", "FINISH_OUTCOMES",
     "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH", "MISS_OUTCOMES", "PAST_AT_VERSION",
     "ApplyJobs", "BadClaim", "ClientCommand", "Command", "DeleteJob", "Drain", "Drop",
     "Finish", "FinishItem", "Heartbeat", "LeaderRecord", "Member", "MissFire", "Next",

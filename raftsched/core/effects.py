@@ -203,6 +203,19 @@ class ClaimsReleased(NamedTuple):
     """Why."""
 
 
+class NodeCertified(NamedTuple):
+    """A death certificate was applied: an incarnation of a node is dead."""
+
+    node: str
+    """The node."""
+    boot: int
+    """The dead incarnation."""
+    by: str
+    """Who proved it (``guard`` or ``restart``)."""
+    released: int
+    """How many of its runs were released."""
+
+
 class NodeLost(NamedTuple):
     """The leader declared a node lost."""
 
@@ -250,11 +263,12 @@ EFFECTS: tuple[type[tuple[Any, ...]], ...] = (
     JobPut, JobRemoved, JobPaused, JobResumed, NodeJoined, NodeBack, HeartbeatSeen,
     LeaderChanged, NodeDraining, TransferAsked, RunCreated, RunAssigned, RunStarted, StopRun,
     RunEnded, RangeMissed, ClaimRefused, PlanRejected, ClaimsReleased, NodeLost,
-    NotifyPending, NotifyDone, MembersChanged, MemberRemoved, Restored)
+    NodeCertified, NotifyPending, NotifyDone, MembersChanged, MemberRemoved, Restored)
 
 Effect = (JobPut | JobRemoved | JobPaused | JobResumed | NodeJoined | NodeBack | HeartbeatSeen
           | LeaderChanged | NodeDraining | TransferAsked | RunCreated | RunAssigned | RunStarted
           | StopRun | RunEnded | RangeMissed | ClaimRefused | PlanRejected | ClaimsReleased
-          | NodeLost | NotifyPending | NotifyDone | MembersChanged | MemberRemoved | Restored)
+          | NodeLost | NodeCertified | NotifyPending | NotifyDone | MembersChanged
+          | MemberRemoved | Restored)
 
 __all__ = [cls.__name__ for cls in EFFECTS] + ["EFFECTS", "Effect"]

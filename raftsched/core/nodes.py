@@ -11,17 +11,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import claims, members
-from raftsched.core.commands import Drain, Heartbeat, LeaderRecord, Read, Transfer
+from raftsched.core.commands import Certify, Drain, Heartbeat, LeaderRecord, Read, Transfer
 from raftsched.core.effects import (
     HeartbeatSeen,
     LeaderChanged,
     NodeBack,
+    NodeCertified,
     NodeDraining,
     NodeJoined,
+    NodeLost,
     TransferAsked,
 )
 from raftsched.core.errors import Conflict, InvalidArgument
-from raftsched.core.records import NodeRecord
+from raftsched.core.records import DEAD_KEPT, NodeRecord
+
+#: The reason every run released by a death certificate records (a contract).
+CERTIFIED = "node crashed (certified)"
 
 if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
@@ -33,6 +38,10 @@ def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
     if members.is_removed(st, node_id):
         raise Conflict(node_id, "was removed from the cluster; it takes no work")
     rec = st.nodes.get(node_id)
+    if rec is not None and boot in rec.dead:
+        # Sent by an incarnation before it died and committed after its certificate:
+        # it must not make the node look alive (runs would be placed on a dead process).
+        raise Conflict(node_id, f"incarnation {boot} was certified dead")
     if rec is None:
         rec = NodeRecord(node_id=node_id, boot_ms=boot, last_hb_ms=at, slots=slots,
                          queue=queue, tags=tuple(sorted(tags)), api=api, pid=pid,
@@ -51,6 +60,35 @@ def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
         rec.features = cmd.features
     st.effects.append(HeartbeatSeen(node_id, at))
     return {"ok": True}
+
+
+def apply_certify(st: ClusterState, cmd: Certify) -> dict[str, Any]:
+    """A death certificate (:class:`~raftsched.core.commands.Certify`): the named
+    incarnation is dead and nothing of it runs, so its claims are released now, not
+    when its lease has provably ended. Its started runs follow ``on_node_lost`` (a new
+    attempt with a new fence, or ``lost`` with :data:`CERTIFIED`), its assigned ones
+    are placed again, and the node is lost until a new incarnation heartbeats.
+
+    Only the node's current incarnation (the ``boot`` of its newest committed
+    heartbeat) can be certified: a certificate for an older one may never touch the
+    runs of the newer. A certificate for an incarnation already certified changes
+    nothing (the guard and a restart may both send one)."""
+    rec = st.nodes.get(cmd.node)
+    if rec is None:
+        raise InvalidArgument("node", f"no node {cmd.node!r} has joined the cluster")
+    if cmd.boot in rec.dead:
+        return {"ok": True, "released": [], "already": True}
+    if cmd.boot != rec.boot_ms:
+        raise Conflict(cmd.node, f"incarnation {cmd.boot} is not the node's current one "
+                                 f"({rec.boot_ms}); a certificate releases nothing of another")
+    rec.dead = (*rec.dead, cmd.boot)[-DEAD_KEPT:]
+    released = claims.release_node(st, cmd.node, cmd.at, "all", CERTIFIED, text=CERTIFIED)
+    if rec.alive:
+        rec.alive = False
+        rec.lost_ms = cmd.at
+        st.effects.append(NodeLost(cmd.node, CERTIFIED))
+    st.effects.append(NodeCertified(cmd.node, cmd.boot, cmd.by, len(released)))
+    return {"ok": True, "released": released, "already": False}
 
 
 def apply_leader(st: ClusterState, cmd: LeaderRecord) -> dict[str, Any]:

@@ -205,16 +205,19 @@ class NodeRecord:
         ones finish) and it does not stay leader.
     :var features: the newer commands its release knows (``apply``, ``notify``), as its
         last heartbeat said; None from nodes (or snapshots) older than the field.
+    :var dead: its incarnations (``boot_ms`` values) certified dead, newest last (at most
+        :data:`DEAD_KEPT`): a heartbeat of one of them, still in flight when it died,
+        is refused rather than bringing the node back to life.
     """
 
     __slots__ = ("node_id", "boot_ms", "last_hb_ms", "slots", "queue", "tags", "api",
-                 "alive", "lost_ms", "skew_ms", "pid", "draining", "features")
+                 "alive", "lost_ms", "skew_ms", "pid", "draining", "features", "dead")
 
     def __init__(self, *, node_id: str, boot_ms: int, last_hb_ms: int, slots: int, queue: int,
                  tags: tuple[str, ...], api: str, alive: bool = True,
                  lost_ms: int | None = None, skew_ms: int | None = None,
                  pid: int | None = None, draining: bool = False,
-                 features: tuple[str, ...] | None = None) -> None:
+                 features: tuple[str, ...] | None = None, dead: tuple[int, ...] = ()) -> None:
         self.node_id = node_id
         self.boot_ms = boot_ms
         self.last_hb_ms = last_hb_ms
@@ -228,11 +231,18 @@ class NodeRecord:
         self.pid = pid
         self.draining = draining
         self.features = features
+        self.dead = dead
 
     def to_row(self) -> list[Any]:
-        return [self.node_id, self.boot_ms, self.last_hb_ms, self.slots, self.queue,
-                list(self.tags), self.api, self.alive, self.lost_ms, self.skew_ms, self.pid,
-                self.draining] + ([list(self.features)] if self.features is not None else [])
+        row = [self.node_id, self.boot_ms, self.last_hb_ms, self.slots, self.queue,
+               list(self.tags), self.api, self.alive, self.lost_ms, self.skew_ms, self.pid,
+               self.draining]
+        # Trailing fields only when set: a snapshot without them keeps its old bytes.
+        if self.features is not None or self.dead:
+            row.append(list(self.features) if self.features is not None else None)
+        if self.dead:
+            row.append(list(self.dead))
+        return row
 
     @classmethod
     def from_row(cls, row: list[Any]) -> NodeRecord:
@@ -244,9 +254,15 @@ class NodeRecord:
                    pid=rest[0] if rest else None,
                    draining=bool(rest[1]) if len(rest) > 1 else False,
                    features=tuple(rest[2]) if len(rest) > 2 and rest[2] is not None
-                   else None)
+                   else None,
+                   dead=tuple(rest[3]) if len(rest) > 3 else ())
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(zip(self.__slots__[:12], self.to_row()[:12], strict=True))
         d["features"] = list(self.features) if self.features is not None else None
         return d
+
+
+#: Certified-dead incarnations a node record remembers (each refuses its own late
+#: heartbeats; an incarnation older than these has been dead for several restarts).
+DEAD_KEPT = 4

@@ -329,6 +329,7 @@ _HANDLERS: dict[str, Callable[[ClusterState, Any], dict[str, Any]]] = {
     "read": nodes.apply_read,
     "drain": nodes.apply_drain,
     "transfer": nodes.apply_transfer,
+    "certify": nodes.apply_certify,
     "apply": declarative.apply_apply,
     "notified": notify.apply_notified,
     "notify_default": notify.apply_default,

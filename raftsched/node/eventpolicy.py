@@ -19,6 +19,7 @@ from raftsched.core.effects import (
     JobResumed,
     LeaderChanged,
     NodeBack,
+    NodeCertified,
     NodeDraining,
     NodeLost,
     NotifyDone,
@@ -55,6 +56,9 @@ def emit_for(eff: Effect, *, me: str, leads: bool) -> None:
         case NodeLost(node, reason) if leads:
             events.emit("node.lost", node=me, lost_node=node, reason=reason,
                         level=logging.WARNING)
+        case NodeCertified(node, boot, by, released) if leads:
+            events.emit("node.certified", node=me, dead_node=node, incarnation=boot,
+                        proved_by=by, released=released, level=logging.WARNING)
         case NodeBack(node) if leads:
             events.emit("node.back", node=me, back_node=node)
         case NodeDraining(node, draining) if leads:

@@ -22,6 +22,7 @@ from raftsched.core.effects import (
     JobResumed,
     LeaderChanged,
     NodeBack,
+    NodeCertified,
     NodeLost,
     RangeMissed,
     RunAssigned,
@@ -131,6 +132,7 @@ class TextFormatter(logging.Formatter):
 _FEED: dict[type, str] = {
     RunAssigned: "run.assigned", RunStarted: "run.started", RunEnded: "run.ended",
     RangeMissed: "run.missed", LeaderChanged: "leader.changed", NodeLost: "node.lost",
+    NodeCertified: "node.certified",
     NodeBack: "node.back", JobPut: "job.put", JobRemoved: "job.removed",
     JobPaused: "job.paused", JobResumed: "job.resumed"}
 
@@ -159,6 +161,8 @@ def feed_event(eff: Effect, *, node: str, seq: int, ts_ms: int) -> dict[str, Any
             ev.update(leader=leader, term=term)
         case NodeLost(subject, _) | NodeBack(subject):
             ev.update(subject=subject)
+        case NodeCertified(subject, boot, by, released):
+            ev.update(subject=subject, incarnation=boot, by=by, released=released)
         case JobPut(job_id, _, _) | JobRemoved(job_id) | JobPaused(job_id) | \
                 JobResumed(job_id, _):
             ev.update(job_id=job_id)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from raftsched.core.effects import Effect, RangeMissed, RunEnded
+from raftsched.core.effects import Effect, NodeCertified, RangeMissed, RunEnded
 from raftsched.node.config import split_addr
 
 if TYPE_CHECKING:
@@ -72,6 +72,9 @@ class Metrics:
                                 registry=r)
         self.ended = Counter("raftsched_node_runs_ended", "Runs ended, as applied on this node",
                              ["outcome"], registry=r)
+        self.certified = Counter("raftsched_nodes_certified",
+                                 "Death certificates applied (an incarnation proved dead)",
+                                 ["by"], registry=r)
         self.lock_hold = Histogram("raftsched_raft_lock_hold_seconds",
                                    "How long each hold of the Raft state lock lasted",
                                    buckets=_HOLD_BUCKETS, registry=r)
@@ -92,6 +95,8 @@ class Metrics:
             self.ended.labels(eff.state).inc()
         elif isinstance(eff, RangeMissed):
             self.ended.labels(eff.state).inc(eff.fire_count)
+        elif isinstance(eff, NodeCertified):
+            self.certified.labels(eff.by).inc()
 
     def attach(self, sources: Sources) -> None:
         """Read cluster and Raft figures from ``sources`` at scrape time."""

@@ -31,6 +31,7 @@ from raftsched.core.effects import (
     MemberRemoved,
     MembersChanged,
     NodeBack,
+    NodeCertified,
     NodeDraining,
     NodeJoined,
     NotifyPending,
@@ -307,6 +308,13 @@ class Node:
                     self.notifier.wake()
                 case MembersChanged() | Restored():
                     membership.refresh_ids(self.raft, self.raft_to_id)
+                case NodeCertified(node=node, boot=boot) if node == me \
+                        and boot == self.boot_ms:
+                    # The cluster holds this very process dead and has moved its runs on
+                    # (a certificate proved by mistake): it must not run anything more.
+                    self.worker.self_fence("this incarnation was certified dead")
+                    self._fatal(f"this node's incarnation ({boot}) was certified dead; "
+                                "its runs were moved on", "node.certified_dead")
                 case MemberRemoved(node_id=node_id) if node_id == me:
                     self._fatal(f"this node ({me}) was removed from the cluster; it will not "
                                 f"rejoin. To bring the machine back, wipe its data dir and add "

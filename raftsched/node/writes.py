@@ -33,7 +33,8 @@ _REPLY_KEYS = {"put_job": ("job", "version", "created"), "put_jobs": ("results",
                "drain": ("node", "draining"), "transfer": ("from", "to", "term"),
                "member": ("node", "status", "raft", "api"),
                "delete_job": ("job",), "pause": ("job", "version"),
-               "resume": ("job", "version"), "trigger": ("run_id", "state")}
+               "resume": ("job", "version"), "trigger": ("run_id", "state"),
+               "certify": ("released", "already")}
 
 
 def check_rid(rid: Any) -> str:

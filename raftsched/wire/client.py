@@ -47,7 +47,7 @@ DEFAULT_ADDR = "127.0.0.1:7101"
 DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 #: Ops that change state; they carry a ``rid`` so a retry after failover is not re-applied.
 WRITE_OPS = frozenset({"put_job", "put_jobs", "apply", "delete_job", "pause", "resume", "trigger",
-                       "drain", "transfer_leader", "add_node", "remove_node"})
+                       "drain", "transfer_leader", "add_node", "remove_node", "certify"})
 #: Error codes meaning "this node cannot serve it now, another may".
 FAILOVER_CODES = frozenset({"not_ready", "unavailable"})
 #: Each address is tried at most this many times per call.
