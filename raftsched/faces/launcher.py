@@ -10,6 +10,7 @@ kills them at :meth:`LoopbackCluster.close`; nothing else is ever signalled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -300,6 +301,37 @@ class LoopbackCluster:
         """SIGKILL the node and reap it; returns the time of the kill (epoch seconds,
         taken just before the signal)."""
         t = time.time()
+        self.signal(nid, signal.SIGKILL)
+        self.procs[nid].wait(10)
+        return t
+
+    def guard_pid(self, nid: str) -> int | None:
+        """The pid of ``nid``'s guard process (its child that runs guard.py), if any."""
+        node = self.pid(nid)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                if ppid != node:
+                    continue
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if b"raftsched/node/guard.py" in f.read():
+                        return int(name)
+            except (OSError, ValueError, IndexError):
+                continue
+        return None
+
+    def kill_host(self, nid: str) -> float:
+        """SIGKILL the node's guard, then the node (a stand-in for losing its host: no
+        witness is left to prove the node dead, so its runs wait for its lease); returns
+        the time of the kill (epoch seconds, taken just before the first signal)."""
+        t = time.time()
+        guard = self.guard_pid(nid)
+        if guard is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(guard, signal.SIGKILL)
         self.signal(nid, signal.SIGKILL)
         self.procs[nid].wait(10)
         return t

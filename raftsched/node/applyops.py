@@ -34,7 +34,7 @@ CHANGED_MASK = ENV_MASK + " (changed)"
 #: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
 #: ``notify`` spec field, ``notify_default`` and ``notified``) and ``lease`` (a
 #: ``release`` carrying ``hb``).
-FEATURES = ("apply", "notify", "lease")
+FEATURES = ("apply", "notify", "lease", "certify")
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 _SPEC_OPS = frozenset({"put_job", "put_jobs", "apply", "diff_apply"})

@@ -108,7 +108,7 @@ class Execution:
         self.allowed = allowed
         self.kill_grace_s = kill_grace_s
         self.guard = guard
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: _Process | None = None
         self.task: asyncio.Task[Any] | None = None
         self.stopped = False
         self.stop_reason = ""
@@ -203,11 +203,11 @@ class Execution:
         then (its process group id may belong to someone else once it is reaped)."""
         proc = self.proc
         assert proc is not None
-        _signal_group(proc.pid, signal.SIGTERM)
+        proc.signal_group(signal.SIGTERM)
 
         def kill() -> None:
             if proc.returncode is None:
-                _signal_group(proc.pid, signal.SIGKILL)
+                proc.signal_group(signal.SIGKILL)
 
         asyncio.get_running_loop().call_later(grace_s, kill)
 
@@ -222,61 +222,42 @@ class Execution:
         env.update(self.spec.env)
         env.update(self.ctx.environ())
         assert self.spec.command is not None
-        if self.guard is not None:
-            self.guard.spawning(self.ctx.fence, self.ctx.run_id)
-        spawned = False
+        tail = bytearray()
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.spec.command, env=env, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                # No preexec_fn: Python code between fork and exec in a threaded
-                # process can deadlock on a lock another thread held at the fork (seen
-                # under libfaketime). The guard kills the group if the node dies.
-                start_new_session=True)
-            spawned = True
+            self.proc, reader = await _spawn(list(self.spec.command), env, self.guard,
+                                             self.ctx, tail, self.tail_bytes)
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=f"cannot execute: {exc.strerror or exc}"[:200])
-        finally:
-            if not spawned and self.guard is not None:
-                # Refused, or cancelled (asyncio then kills the child it made): a stale
-                # announcement would have the guard searching /proc on every late poll.
-                self.guard.not_spawned(self.ctx.fence)
-        if self.guard is not None:
-            self.guard.add(self.proc.pid, self.ctx.fence)
+        proc = self.proc
         if self.stopped:
             self._terminate(self.kill_grace_s)  # stopped while it was being spawned
-        tail = bytearray()
-        reader = asyncio.ensure_future(self._read(tail))
         timed_out = False
         try:
-            await asyncio.wait_for(self.proc.wait(), self.spec.timeout_ms / 1000)
+            await asyncio.wait_for(proc.wait(), self.spec.timeout_ms / 1000)
         except TimeoutError:
             timed_out = True
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            proc.signal_group(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), self.kill_grace_s)
+                await asyncio.wait_for(proc.wait(), self.kill_grace_s)
             except TimeoutError:
-                _signal_group(self.proc.pid, signal.SIGKILL)
-                await self.proc.wait()
-        guarded = None
-        if self.guard is not None:
-            # Reaped: its group id may be reused from now on; the guard must forget it.
-            self.guard.remove(self.proc.pid)
-            guarded = self.guard.killed(self.proc.pid)
+                proc.signal_group(signal.SIGKILL)
+                await proc.wait()
         if timed_out:
             # Children that kept the pipe open must not hold the run.
-            _signal_group(self.proc.pid, signal.SIGKILL)
+            proc.signal_group(signal.SIGKILL)
         try:
             await asyncio.wait_for(reader, 1.0)
         except (TimeoutError, asyncio.CancelledError):
             reader.cancel()
-        code = self.proc.returncode
+        proc.done()
+        code = proc.returncode
         text = bytes(tail).decode("utf-8", "replace")
-        if guarded is not None and code == -signal.SIGKILL and not timed_out:
-            # Killed while this node was frozen (before any self-fence that followed
-            # once it ran again): the cluster may have moved the run.
-            return ExecutionResult(outcome="lost", exit_code=code, tail=text, reason=guarded)
+        if proc.killed is not None and code == -signal.SIGKILL and not timed_out:
+            # Killed by the guard while this node was frozen (before any self-fence that
+            # followed once it ran again): the cluster may have moved the run.
+            return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+                                   reason=proc.killed)
         if timed_out:
             return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
@@ -288,16 +269,6 @@ class Execution:
         return ExecutionResult(outcome="failed", exit_code=code, tail=text,
                                reason=f"exit {code}" if code is not None and code >= 0
                                else f"killed by signal {-(code or 0)}")
-
-    async def _read(self, tail: bytearray) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        while True:
-            chunk = await self.proc.stdout.read(65536)
-            if not chunk:
-                return
-            tail.extend(chunk)
-            if len(tail) > self.tail_bytes:
-                del tail[: len(tail) - self.tail_bytes]
 
     async def _run_call(self) -> ExecutionResult:
         """An ``async def`` callable, as a task on the node's loop (sync ones go to the
@@ -402,3 +373,94 @@ def _raised(exc: BaseException, tail_bytes: int, output: str = "") -> ExecutionR
 def _signal_group(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+class _Process:
+    """A job process, spawned by the guard (the node's child subreaper, see guard.py) or,
+    without a guard, by the node itself."""
+
+    def __init__(self, pid: int, *, guard: Guard | None,
+                 local: asyncio.subprocess.Process | None = None) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        #: The guard's reason when the guard killed it (this node was frozen).
+        self.killed: str | None = None
+        self._guard = guard
+        self._local = local
+        self._exit = guard.exited(pid) if guard is not None else None
+
+    async def wait(self) -> int:
+        if self._exit is not None:
+            ex = await asyncio.shield(self._exit)
+            self.returncode, self.killed = ex.code, ex.killed
+            return ex.code
+        assert self._local is not None
+        code = await self._local.wait()
+        self.returncode = code
+        return code
+
+    def signal_group(self, sig: int) -> None:
+        """Signal its process group; through the guard, which knows when it was reaped
+        (after that its id may be someone else's)."""
+        if self._guard is not None:
+            self._guard.kill(self.pid, sig)
+        else:
+            _signal_group(self.pid, sig)
+
+    def done(self) -> None:
+        if self._guard is not None:
+            self._guard.forget(self.pid)
+
+
+async def _spawn(argv: list[str], env: dict[str, str], guard: Guard | None, ctx: RunContext,
+                 tail: bytearray, tail_bytes: int
+                 ) -> tuple[_Process, asyncio.Future[None]]:
+    """Start ``argv`` in its own session with stdout and stderr into ``tail`` (its last
+    ``tail_bytes``); the process and the task reading its output."""
+    loop = asyncio.get_running_loop()
+    if guard is None or not guard.alive:
+        local = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            # No preexec_fn: Python code between fork and exec in a threaded process can
+            # deadlock on a lock another thread held at the fork (seen under libfaketime).
+            start_new_session=True)
+        assert local.stdout is not None
+        return (_Process(local.pid, guard=None, local=local),
+                asyncio.ensure_future(_read(local.stdout, tail, tail_bytes)))
+    r, w = os.pipe()
+    try:
+        try:
+            pid = await guard.spawn(argv, env, w, fence=ctx.fence, run_id=ctx.run_id)
+        finally:
+            os.close(w)  # the guard holds its own copy now (passed over the socket)
+    except BaseException:
+        os.close(r)
+        raise
+    proc = _Process(pid, guard=guard)
+    stream = asyncio.StreamReader(limit=1 << 16, loop=loop)
+    pipe = os.fdopen(r, "rb", buffering=0)
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe)
+    except BaseException:
+        pipe.close()
+        raise
+
+    async def read() -> None:
+        try:
+            await _read(stream, tail, tail_bytes)
+        finally:
+            transport.close()
+
+    return proc, asyncio.ensure_future(read())
+
+
+async def _read(stream: asyncio.StreamReader, tail: bytearray, tail_bytes: int) -> None:
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return
+        tail.extend(chunk)
+        if len(tail) > tail_bytes:
+            del tail[: len(tail) - tail_bytes]
+

@@ -42,10 +42,11 @@ from raftsched.core.effects import (
     StopRun,
     TransferAsked,
 )
-from raftsched.core.errors import InvalidArgument, RaftschedError
+from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
 from raftsched.node import (
     applyops,
     audit,
+    certify,
     eventpolicy,
     events,
     gcwatch,
@@ -172,8 +173,9 @@ class Node:
                     if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
         fence_after_s = lease.lease_ms(cfg.timing.node_timeout_ms) / 1000
         try:
-            # Kills this node's job process groups if the node freezes (see guard.py).
-            self.guard: Guard | None = Guard(os.path.join(node_dir, "guard"))
+            # Spawns this node's jobs, kills them if the node freezes, and certifies this
+            # incarnation dead if it dies (see guard.py).
+            self.guard: Guard | None = Guard()
         except OSError as exc:
             log.warning("no guard process (%s): a frozen node's jobs keep running", exc)
             self.guard = None
@@ -240,6 +242,10 @@ class Node:
             **applyops.ApplyOps(
                 raft=self.raft, writes=self.writes, reads=self.reads, limits=cfg.limits,
                 allowed_call_prefixes=lambda: self.cfg.allowed_call_prefixes).ops(),
+            **certify.CertifyOps(
+                raft=self.raft, writes=self.writes, node_id=node_id, boot=self.boot_ms,
+                secrets=lambda: list(self.secrets.current), cluster_id=lambda: self.cluster_id,
+                missing_feature=self.features.missing).ops(),
         }
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=None,
@@ -308,6 +314,7 @@ class Node:
                     self.notifier.wake()
                 case MembersChanged() | Restored():
                     membership.refresh_ids(self.raft, self.raft_to_id)
+                    self._guard_hello()
                 case NodeCertified(node=node, boot=boot) if node == me \
                         and boot == self.boot_ms:
                     # The cluster holds this very process dead and has moved its runs on
@@ -353,6 +360,10 @@ class Node:
         """Serve until :meth:`stop`; ``on_started()`` once the API listens. A failed
         start (the API address is taken) raises after releasing everything."""
         self.loop = asyncio.get_running_loop()
+        if self.guard is not None:
+            self.guard.attach(self.loop)
+            self.guard.on_lost = lambda: self.worker.self_fence("the guard process died")
+            self._guard_hello()
         try:
             await self.api.start()
             if self.http is not None:
@@ -375,7 +386,7 @@ class Node:
         tasks = [asyncio.create_task(self.worker.run(), name="worker"),
                  asyncio.create_task(self.leader.run(), name="leader"),
                  asyncio.create_task(self.notifier.run(), name="notifier"),
-                 asyncio.create_task(self.liveness.run(), name="heartbeat"),
+                 asyncio.create_task(self._live(), name="heartbeat"),
                  asyncio.create_task(membercheck.watch(membercheck.MemberCheck(
                      cfg=self.cfg, node_id=self.node_id, raft=self.raft,
                      secret=lambda: self.secret, fatal=self._fatal)), name="membercheck"),
@@ -407,6 +418,47 @@ class Node:
             self._release()
             events.emit("node.stopped", node=self.node_id)
 
+    def _guard_hello(self) -> None:
+        """Tell the guard what it needs to certify this incarnation's death (again after
+        a membership change or a secret rotation)."""
+        if self.guard is None:
+            return
+        members = self.raft.read(lambda st: [m.api for m in st.members.values()
+                                             if m.status == "active"])
+        self.guard.hello(node=self.node_id, boot=self.boot_ms, api=self.me.api,
+                         members=members or [n.api for n in self.cfg.nodes],
+                         secrets=list(self.secrets.current), cluster_id=self.cluster_id,
+                         tls_ca=self.cfg.tls_ca,
+                         give_up_s=self.cfg.timing.node_timeout_ms / 1000)
+
+    async def _live(self) -> None:
+        """Heartbeats, after the previous incarnation's certificate: the first heartbeat
+        of a new incarnation must not precede it, or a heartbeat the old one sent just
+        before it died could still commit after it and pass for the node's."""
+        try:
+            await asyncio.wait_for(self._certify_previous(),
+                                   self.cfg.timing.node_timeout_ms / 1000)
+        except TimeoutError:
+            log.warning("could not certify this node's previous incarnation dead in time; "
+                        "its runs are released by this incarnation's first heartbeat")
+        await self.liveness.run()
+
+    async def _certify_previous(self) -> None:
+        """Once a quorum is reached, certify this node's previous incarnation dead (this
+        process holds its data dir: the old one is gone); retried until it commits."""
+        while True:
+            try:
+                await self.writes.await_quorum()
+                await certify.certify_previous(
+                    raft=self.raft, writes=self.writes, node_id=self.node_id,
+                    boot=self.boot_ms, missing_feature=self.features.missing)
+                return
+            except RaftschedError as exc:
+                log.debug("certifying the previous incarnation: %s", exc)
+                if isinstance(exc, (Conflict, InvalidArgument)):
+                    return  # not its current incarnation any more: a heartbeat won
+            await asyncio.sleep(0.2)
+
     def _secrets_changed(self, secrets: list[str]) -> None:
         """The secret file changed (a rotation step): Raft and the API use it at once."""
         self.raft.set_secrets(secrets)
@@ -415,6 +467,7 @@ class Node:
             self.http.set_secrets(secrets)
         self.secret = secrets[0]
         self.cluster_id = self.secrets.cluster_id
+        self._guard_hello()
         events.emit("secret.reloaded", node=self.node_id, credentials=len(secrets),
                     used=self.secrets.names()[0], accepted=",".join(self.secrets.names()))
 

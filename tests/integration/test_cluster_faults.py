@@ -174,7 +174,9 @@ def test_node_killed_mid_run_retries_or_records_lost(cluster_factory, tmp_path):
             else:
                 runs = wait_until(lambda j=job: [r for r in cl.runs(j)["runs"]
                                                  if r["state"] == "lost"], 20, "recorded lost")
-                assert runs[0]["attempt"] == 1 and victim in runs[0]["reason"]
+                # Its guard proved it dead: the reason says so; the record names the node.
+                assert runs[0]["attempt"] == 1 and runs[0]["node"] == victim
+                assert runs[0]["reason"] == "node crashed (certified)", runs[0]
                 results[policy] = runs[0]["finished_ms"] / 1000 - t_kill
                 attempts = [r for r in read_witness(ran) if r["JOB_ID"] == job]
                 assert len(attempts) == 1, "at-most-once: never run again"

@@ -1,5 +1,8 @@
-"""Issue 14, W3': a follower SIGKILLed just before an instant whose runs it had already
-started (pre-started: start committed, waiting for the instant). The leader cannot tell
+"""Issue 14, W3': a follower lost with its host just before an instant whose runs it had
+already started (pre-started: start committed, waiting for the instant). The stand-in
+for a host loss SIGKILLs the node's guard and then the node, so nothing is left to prove
+the node dead (with the guard alive, its certificate releases the runs at once:
+test_killed_follower_certified.py). The leader cannot tell
 a dead node from a cut-off one whose runs may run, so it waits until the node's lease
 has provably ended (core/lease.py: ~0.65 of the node timeout after its newest
 heartbeat) — not the whole node timeout, as before. Under ``retry`` the runs then start
@@ -69,7 +72,7 @@ def test_a_killed_followers_prestarted_runs_move_on_at_its_lease_end(cluster_fac
         leader = c.wait_leader(30)
         victim = next(n for n in sorted(c.ids) if n != leader)
         time.sleep((0.9 - time.time() % 1.0) % 1.0)
-        t_kill = c.kill(victim)
+        t_kill = c.kill_host(victim)
         instant = math.ceil(t_kill) * 1000
         with c.client([leader]) as cl:
             # The records say what it held (they were committed before the kill).

@@ -1,6 +1,6 @@
 """Job processes die with their node although they are spawned without ``preexec_fn``
-(issue 14: Python code between fork and exec deadlocked a threaded node): the guard
-kills every registered job group when the node's pipe closes."""
+(issue 14: Python code between fork and exec deadlocked a threaded node): the guard,
+which spawns them, kills every one of them when the node's end of its socket closes."""
 
 from __future__ import annotations
 
@@ -58,11 +58,12 @@ def test_killing_the_node_kills_its_running_jobs_promptly(cluster_factory, tmp_p
                     "command": [sys.executable, "-c", SCRIPT, out]})
     rec = wait_until(lambda: json_lines(out), 20, "the job to start")[0]
     node_pid = c.procs["n1"].pid
-    # Its own session and group (start_new_session), a child of the node.
-    assert rec["sid"] == rec["pid"] == rec["pgid"] and rec["ppid"] == node_pid
     guard_pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
                   and "raftsched/node/guard.py" in _cmdline(int(p)) and _ppid(int(p)) == node_pid]
     assert len(guard_pids) == 1
+    # Its own session and group (start_new_session), a child of the node's guard (which
+    # spawns every job: see guard.py).
+    assert rec["sid"] == rec["pid"] == rec["pgid"] and rec["ppid"] == guard_pids[0]
     t_kill = time.monotonic()
     os.kill(node_pid, sig)
     c.procs["n1"].wait(20)
