@@ -78,6 +78,11 @@ class BenchCluster(LoopbackCluster):
         """SIGKILL ``nid``; returns the kill time (epoch ms, taken just before the signal)."""
         return int(super().kill(nid) * 1000)
 
+    def kill_host(self, nid: str) -> int:  # type: ignore[override]
+        """SIGKILL ``nid``'s guard and then ``nid`` (a host loss: no death certificate);
+        returns the kill time (epoch ms)."""
+        return int(super().kill_host(nid) * 1000)
+
     def close(self) -> None:
         super().close()
         if self in _LIVE:

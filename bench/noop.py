@@ -23,6 +23,11 @@ def noop(ctx: Any) -> None:
     return None
 
 
+def sleep_half(ctx: Any) -> None:
+    """Half a second of a running run (W3's node killed mid-run)."""
+    time.sleep(0.5)
+
+
 def stamp(ctx: Any) -> None:
     call_ms = time.time_ns() // 1_000_000
     folder = os.environ.get("BENCH_STAMP_DIR")

@@ -177,12 +177,18 @@ def run_w3(ctx: Ctx) -> Result:
     return res
 
 
-def _killed_follower(ctx: Ctx, kills: int) -> dict[str, Any]:
+#: How W3F kills the follower: the node process alone (its guard certifies the death),
+#: or the node and its guard (a host loss: the lease applies).
+KILLS = {"node": "SIGKILL of the node (its guard certifies it dead)",
+         "host": "SIGKILL of guard and node (host loss: the lease applies)"}
+
+
+def _killed_follower(ctx: Ctx, kills: int, how: str = "node") -> dict[str, Any]:
     """SIGKILL a follower holding pre-started runs KF_BEFORE_MS before their instant;
     restart it, let it rejoin, again ``kills`` times. Returns the kills and the runs."""
     from bench.w2 import bench_timing
-    c = BenchCluster(ctx.dir("w3-follower"), workers=64, queue=4096, history_limit=1000,
-                     timing=bench_timing())
+    c = BenchCluster(ctx.dir(f"w3-follower-{how}"), workers=64, queue=4096,
+                     history_limit=1000, timing=bench_timing())
     ids = [f"kf-r{i:02d}" for i in range(KF_RETRY)] + [f"kf-f{i:02d}" for i in range(KF_FAIL)]
     kills_at: list[dict[str, Any]] = []
     try:
@@ -195,9 +201,9 @@ def _killed_follower(ctx: Ctx, kills: int) -> dict[str, Any]:
             # 100 ms before the next whole second: that instant's runs are assigned
             # (lookahead) and their starts committed (pre-start) on the victim.
             time.sleep((1.0 - KF_BEFORE_MS / 1000 - time.time() % 1.0) % 1.0)
-            t_kill = c.kill(victim)
+            t_kill = c.kill(victim) if how == "node" else c.kill_host(victim)
             instant = (t_kill // 1000 + 1) * 1000
-            ctx.log(f"W3 killed follower {k + 1}/{kills}: SIGKILL {victim} "
+            ctx.log(f"W3 killed follower ({how}) {k + 1}/{kills}: SIGKILL {victim} "
                     f"{instant - t_kill} ms before {instant}")
             kills_at.append({"victim": victim, "t_kill": t_kill, "instant": instant})
             time.sleep(5.0)  # past the old node timeout: the runs moved on either way
@@ -208,9 +214,17 @@ def _killed_follower(ctx: Ctx, kills: int) -> dict[str, Any]:
         leader = c.wait_leader(30)
         runs = c.fetch_runs(ids, 2000, nid=leader)
         problems = pysyncobj_problems(c)
+        stamps = c.stamps()
     finally:
         c.close()
-    return {"kills": kills_at, "runs": runs, "problems": problems}
+    # Executions of one attempt of one run more than once, or of two attempts of one run
+    # at once, would be doubles (the stamps are written when the callable is entered).
+    per_attempt: dict[tuple[str, int], int] = {}
+    for run_id, attempt, *_ in stamps:
+        per_attempt[(run_id, attempt)] = per_attempt.get((run_id, attempt), 0) + 1
+    doubled = sum(n - 1 for n in per_attempt.values() if n > 1)
+    return {"kills": kills_at, "runs": runs, "problems": problems, "doubled": doubled,
+            "executions": len(stamps)}
 
 
 def _analyse_follower(run: dict[str, Any]) -> dict[str, Any]:
@@ -221,6 +235,7 @@ def _analyse_follower(run: dict[str, Any]) -> dict[str, Any]:
         victim, instant = kv["victim"], kv["instant"]
         pre, assigned, lost, never = [], [], [], []
         skipped = 0
+        reasons: dict[str, int] = {}
         for job, recs in run["runs"].items():
             # Fires after the instant recorded skipped for overlap while the dead node's
             # run still counted as active (until it was released).
@@ -230,6 +245,9 @@ def _analyse_follower(run: dict[str, Any]) -> dict[str, Any]:
             mine = [r for r in recs if r["scheduled_ms"] == instant]
             if not mine:
                 continue
+            for r in mine:
+                if r["state"] == "lost":
+                    reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
             trs = [tr for r in mine for tr in r["transitions"]]
             held_started = any(tr["state"] == "started" and tr["node"] == victim
                                and tr["at_ms"] <= kv["t_kill"] + 2000 for tr in trs)
@@ -246,40 +264,105 @@ def _analyse_follower(run: dict[str, Any]) -> dict[str, Any]:
             else:
                 never.append(f"{job}: {[(r['state'], r['node']) for r in mine]}")
         out.append({**kv, "prestarted_delays": pre, "assigned_delays": assigned,
-                    "lost": lost, "never": never, "skipped": skipped})
+                    "lost": lost, "never": never, "skipped": skipped, "reasons": reasons})
     return {"kills": out}
 
 
 def run_w3_follower(ctx: Ctx, res: Result) -> None:
     kills = 4 if ctx.quick else 10
-    data = _killed_follower(ctx, kills)
-    an = _analyse_follower(data)
-    rows, pre_all, asg_all, lost_all = [], [], [], 0
-    for i, kv in enumerate(an["kills"]):
-        pre, asg = kv["prestarted_delays"], kv["assigned_delays"]
-        pre_all += pre
-        asg_all += asg
-        lost_all += len(kv["lost"])
-        rows.append([str(i + 1), kv["victim"], str(kv["instant"] - kv["t_kill"]),
-                     fmt(len(pre)), f"{fmt(stats.median(pre))} / {fmt(max(pre) if pre else None)}",
-                     fmt(len(asg)), f"{fmt(stats.median(asg))} / {fmt(max(asg) if asg else None)}",
-                     fmt(len(kv["lost"])), fmt(len(kv["never"])), fmt(kv["skipped"])])
-    res.raw["killed_follower"] = {"kills": an["kills"], "problems": data["problems"]}
-    res.tables.append((
-        f"killed follower: SIGKILL {KF_BEFORE_MS} ms before an instant ({KF_RETRY} retry + "
-        f"{KF_FAIL} fail every-second jobs); delay = start elsewhere − fire time, ms",
-        ["#", "victim", "ms before instant", "pre-started runs re-dispatched",
-         "their delay median / max", "assigned-only runs", "their delay median / max",
-         "lost (on_node_lost = fail)", "never started",
-         "next fires skipped (overlap) within 5 s"], rows))
+    summary = []
+    for how, what in KILLS.items():
+        data = _killed_follower(ctx, kills, how)
+        an = _analyse_follower(data)
+        rows, pre_all, asg_all, lost_all, skipped_all = [], [], [], 0, 0
+        reasons: dict[str, int] = {}
+        for i, kv in enumerate(an["kills"]):
+            pre, asg = kv["prestarted_delays"], kv["assigned_delays"]
+            pre_all += pre
+            asg_all += asg
+            lost_all += len(kv["lost"])
+            skipped_all += kv["skipped"]
+            for reason, n in kv["reasons"].items():
+                reasons[reason] = reasons.get(reason, 0) + n
+            rows.append([str(i + 1), kv["victim"], str(kv["instant"] - kv["t_kill"]),
+                         fmt(len(pre)),
+                         f"{fmt(stats.median(pre))} / {fmt(max(pre) if pre else None)}",
+                         fmt(len(asg)),
+                         f"{fmt(stats.median(asg))} / {fmt(max(asg) if asg else None)}",
+                         fmt(len(kv["lost"])), fmt(len(kv["never"])), fmt(kv["skipped"])])
+        res.raw[f"killed_follower_{how}"] = {"kills": an["kills"],
+                                             "problems": data["problems"]}
+        res.tables.append((
+            f"killed follower, {what}: {KF_BEFORE_MS} ms before an instant ({KF_RETRY} "
+            f"retry + {KF_FAIL} fail every-second jobs); delay = start elsewhere − fire "
+            "time, ms",
+            ["#", "victim", "ms before instant", "pre-started runs re-dispatched",
+             "their delay median / max", "assigned-only runs", "their delay median / max",
+             "lost (on_node_lost = fail)", "never started",
+             "next fires skipped (overlap) within 5 s"], rows))
+        summary.append([what, fmt(len(pre_all)), fmt(stats.median(pre_all)),
+                        fmt(max(pre_all) if pre_all else None), fmt(len(asg_all)),
+                        fmt(stats.median(asg_all)), fmt(lost_all), fmt(skipped_all),
+                        f"{data['doubled']} of {data['executions']}",
+                        "; ".join(f"{r} ×{n}" for r, n in sorted(reasons.items()))])
+        if any(data["problems"].values()):
+            res.notes.append(f"killed follower ({how}), node log warnings+: "
+                             f"`{data['problems']}`")
     res.tables.append((
         "killed follower, all kills (ms after the fire time)",
-        ["pre-started re-dispatched", "delay median", "delay max", "assigned-only",
-         "delay median", "lost (fail)"],
-        [[fmt(len(pre_all)), fmt(stats.median(pre_all)), fmt(max(pre_all) if pre_all else None),
-          fmt(len(asg_all)), fmt(stats.median(asg_all)), fmt(lost_all)]]))
-    if any(data["problems"].values()):
-        res.notes.append(f"killed follower, node log warnings+: `{data['problems']}`")
+        ["kill", "pre-started re-dispatched", "delay median", "delay max", "assigned-only",
+         "delay median", "lost (fail)", "fires skipped (overlap) within 5 s",
+         "doubled executions", "reasons recorded"], summary))
+    mid = _killed_mid_run(ctx, 3 if ctx.quick else 6)
+    res.raw["killed_mid_run"] = mid
+    res.tables.append((
+        "a node killed while its runs execute (on_node_lost = retry, 0.5 s runs): "
+        "SIGKILL of the node → the new attempt's start, ms",
+        ["kills", "runs re-dispatched", "delay median", "delay max", "reasons recorded"],
+        [[fmt(mid["kills"]), fmt(len(mid["delays"])), fmt(stats.median(mid["delays"])),
+          fmt(max(mid["delays"]) if mid["delays"] else None),
+          "; ".join(f"{r} ×{n}" for r, n in sorted(mid["reasons"].items()))]]))
+
+
+def _killed_mid_run(ctx: Ctx, kills: int) -> dict[str, Any]:
+    """SIGKILL a follower while runs of it execute (0.5 s sleeps): how soon each one's
+    next attempt starts elsewhere, from the kill."""
+    from bench.w2 import bench_timing
+    c = BenchCluster(ctx.dir("w3-mid-run"), workers=64, queue=4096, history_limit=1000,
+                     timing=bench_timing())
+    ids = [f"mr-{i:02d}" for i in range(KF_RETRY)]
+    delays: list[float] = []
+    reasons: dict[str, int] = {}
+    try:
+        c.start_with_jobs([{"id": j, "schedule": {"every": "2s"}, "overlap": "allow",
+                            "call": "bench.noop:sleep_half"} for j in ids])
+        time.sleep(4)
+        for k in range(kills):
+            leader = c.wait_leader(60)
+            victim = next(n for n in c.ids if n != leader and c.alive(n))
+            # 200 ms into an even second: that instant's runs are executing.
+            time.sleep((2.2 - time.time() % 2.0) % 2.0)
+            t_kill = c.kill(victim)
+            ctx.log(f"W3 killed mid-run {k + 1}/{kills}: SIGKILL {victim}")
+            time.sleep(3.0)
+            with c.client([leader], timeout=30) as cl:
+                for j in ids:
+                    recs = cl.call("runs", id=j, limit=20)["runs"]
+                    for r in recs:
+                        if r["state"] == "lost" and r["node"] == victim \
+                                and r["finished_ms"] >= t_kill:
+                            reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
+                            nxt = next((x for x in recs if x["run_id"] == r["run_id"]
+                                        and x["attempt"] == r["attempt"] + 1
+                                        and x["started_ms"] is not None), None)
+                            if nxt is not None:
+                                delays.append(nxt["started_ms"] - t_kill)
+            c.start(victim)
+            c.wait_all_alive(60)
+            time.sleep(2.0)
+    finally:
+        c.close()
+    return {"kills": kills, "delays": delays, "reasons": reasons}
 
 
 def run_w3f(ctx: Ctx) -> Result:

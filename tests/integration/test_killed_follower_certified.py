@@ -113,3 +113,37 @@ def _pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_frozen_node_is_never_certified_and_comes_back(cluster_factory, tmp_path):
+    """SIGSTOP freezes the node, not its guard: the node's socket stays open, so the
+    guard never takes it for dead. Its runs move on only when its lease has ended, and
+    once it runs again its heartbeats are welcome (its incarnation was not certified)."""
+    import signal
+
+    c = cluster_factory(3, workers=4)
+    c.start_all()
+    leader = c.wait_leader(30)
+    ran = str(tmp_path / "ran.jsonl")
+    with c.client() as cl:
+        cl.put_jobs([{"id": f"s{i}", "schedule": {"every": "1s"}, "overlap": "allow",
+                      "command": witness_command(ran, sleep_s=30)} for i in range(4)],
+                    atomic=True)
+    victim = next(n for n in sorted(c.ids) if n != leader)
+    wait_until(lambda: any(w["NODE_ID"] == victim for w in read_witness(ran)), 30,
+               f"a run executing on {victim}")
+    c.signal(victim, signal.SIGSTOP)
+    try:
+        def released() -> list[dict[str, Any]] | None:
+            out = [r for j in (f"s{i}" for i in range(4)) for r in cl_runs(c, leader, j)
+                   if r["state"] == "lost" and r["node"] == victim]
+            return out or None
+
+        lost = wait_until(released, 30, "the frozen node's runs released")
+        assert all("lease" in r["reason"] for r in lost), lost
+        assert not any(r["reason"] == CERTIFIED for r in lost), lost
+    finally:
+        c.signal(victim, signal.SIGCONT)
+    wait_until(lambda: _alive_in_status(c, victim), 30, f"{victim} alive again")
+    with c.client([leader]) as cl:
+        assert cl.status()["leader"] is not None
