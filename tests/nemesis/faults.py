@@ -22,8 +22,8 @@ from tests.nemesis.net import Net
 from tests.nemesis.procs import Nodes
 
 #: Every kind of fault, in the order the report lists them.
-KINDS = ("kill", "stop", "freeze", "isolate_leader", "split", "bridge", "one_way",
-         "slow", "loss", "restart_all", "clock", "power_cut")
+KINDS = ("kill", "kill_host", "stop", "freeze", "isolate_leader", "split", "bridge",
+         "one_way", "slow", "loss", "restart_all", "clock", "power_cut")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -83,8 +83,14 @@ class Nemesis:
                 eff.setdefault(y, {}).setdefault("drop", set()).update(a)
 
         if kind == "kill":
+            # The node process alone: its guard outlives it and certifies its death.
             f.targets = self._pick()
             eff[f.targets[0]] = {"dead": True}
+        elif kind == "kill_host":
+            # Node, guard and jobs at one instant (a lost host): no certificate, the
+            # lease applies.
+            f.targets = self._pick()
+            eff[f.targets[0]] = {"dead": True, "host": True}
         elif kind == "stop":
             hold = round(rng.uniform(1.0, 8.0), 2)
             f.targets = self._pick()
@@ -131,7 +137,7 @@ class Nemesis:
             hold = round(rng.uniform(1.0, 3.0), 2)
             f.targets = self._pick(len(ids) // 2 + 1)
             for nid in f.targets:
-                eff[nid] = {"dead": True}
+                eff[nid] = {"dead": True, "host": True}
         elif kind == "clock":
             f.targets = self._pick()
             offset = rng.choice((-1, 1)) * rng.randint(2_000, 15_000)
@@ -198,7 +204,8 @@ class Nemesis:
     def _wanted(self, nid: str) -> dict[str, Any]:
         """The composition of every active fault's effects on node ``nid``."""
         w: dict[str, Any] = {"down": False, "drop": set(), "keep": 1.0, "kbit": None,
-                             "dead": False, "stop": False, "freeze": False, "clock_ms": 0}
+                             "dead": False, "host": False, "stop": False, "freeze": False,
+                             "clock_ms": 0}
         for f in self.active:
             e = f.effects.get(nid)
             if not e:
@@ -209,6 +216,7 @@ class Nemesis:
             if e.get("kbit"):
                 w["kbit"] = min(w["kbit"] or e["kbit"], e["kbit"])
             w["dead"] |= bool(e.get("dead"))
+            w["host"] |= bool(e.get("host"))
             w["stop"] |= bool(e.get("stop"))
             w["freeze"] |= bool(e.get("freeze"))
             w["clock_ms"] += int(e.get("clock_ms", 0))
@@ -237,7 +245,9 @@ class Nemesis:
             nodes.set_clock(nid, w["clock_ms"])
             if w["dead"]:
                 if nodes.alive(nid):
-                    nodes.kill(nid)  # thaws first: its guard then kills its jobs
+                    # The node alone (its guard then kills its jobs and certifies the
+                    # death), or the whole host at once.
+                    nodes.kill(nid, host=w["host"])
                 self._proc_now[nid] = (False, False)
                 continue
             if not nodes.alive(nid):

@@ -125,10 +125,19 @@ class Nodes:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.procs[nid].pid, sig)
 
-    def kill(self, nid: str) -> None:
-        """SIGKILL the node (its guard then kills its jobs and exits)."""
+    def kill(self, nid: str, *, host: bool = False) -> None:
+        """SIGKILL the node (its guard then kills its jobs, proves it and certifies the
+        death); ``host``: every process of the node's group — node, guard and jobs — at
+        one instant (frozen first, so none of them sees the others die: a lost host)."""
+        group = self.groups[nid]
+        if host:
+            with contextlib.suppress(OSError):
+                set_frozen(group, True)
+            for pid in freezer_pids(group):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
-            set_frozen(self.groups[nid], False)
+            set_frozen(group, False)
         self.signal(nid, signal.SIGCONT)
         self.signal(nid, signal.SIGKILL)
         if nid in self.procs:

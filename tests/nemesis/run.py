@@ -258,6 +258,16 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
     outcomes = Counter(r["state"] + (f" ({r['reason']})" if r["state"] in (
         "missed", "skipped", "shed", "lost", "cancelled") else "")
         for rs in runs.values() for r in rs if r["scheduled_ms"] <= hi_ms)
+    # How each started run of a lost node was released: by its guard's death certificate
+    # or once its lease had ended (the overlap checks above cover both).
+    released = Counter(
+        "certified" if r["reason"] == "node crashed (certified)"
+        else "lease" if "lease over" in str(r["reason"])
+        else "node timeout" if str(r["reason"]).endswith(" lost")
+        else "restart" if str(r["reason"]).endswith(" restarted") else "other"
+        for rs in runs.values() for r in rs
+        if r["state"] == "lost" and r["scheduled_ms"] <= hi_ms
+        and str(r["reason"]).startswith("node "))
     guard_soon = [r["run_id"] for rs in runs.values() for r in rs
                   if str(r.get("reason", "")).startswith("guard:") and r.get("started_ms")
                   and r.get("finished_ms") and r["finished_ms"] - r["started_ms"] < 300]
@@ -279,6 +289,7 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         "freeze_window_after_thaw_s": checker.summarize_windows(
             [(0.0, f["after_thaw_s"]) for f in findings if f["kind"] == "freeze_window"]),
         "guard_kills_within_300ms_of_start": len(guard_soon),
+        "releases_of_lost_nodes": dict(released.most_common()),
         "by_fault_kind": _by_fault_kind(findings),
         "unsettled": unsettled[:20],
         "examples": {c: [f for f in findings if f["kind"] == c][:5] for c in by_class},
@@ -340,6 +351,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"still ran after the thaw: {r['freeze_window_after_thaw_s']}",
         f"- guard kills within 300 ms of the run's start: "
         f"{r['guard_kills_within_300ms_of_start']}",
+        f"- started runs of lost nodes, by how they were released: "
+        f"{r.get('releases_of_lost_nodes')}",
         f"- progress away from faults (>= {promises.BEFORE_S:g} s before a fault, "
         f">= {promises.AFTER_S:g} s after its heal): {r.get('progress')}",
         "",

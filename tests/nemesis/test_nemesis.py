@@ -39,7 +39,8 @@ def test_a_seeded_nemesis_run_keeps_the_strict_guarantees(tmp_path) -> None:
                                       "progress",
                                       "violations", "unavailability",
                                       "freeze_window_after_thaw_s",
-                                      "guard_kills_within_300ms_of_start")}
+                                      "guard_kills_within_300ms_of_start",
+                                      "releases_of_lost_nodes")}
     print("\n" + json.dumps(summary))  # noqa: T201 - the report-only figures
     assert report["faults_by_kind"] == dict.fromkeys(KINDS, 1), report["faults_by_kind"]
     assert report["fire_times_checked"] > 100
