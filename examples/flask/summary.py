@@ -19,3 +19,10 @@ retried = sum(1 for a in attempts.values() if len(set(a)) > 1)
 print(f"{len(attempts)} fire times, {span - len(attempts)} missing, {twice} executed twice "
       f"({retried} retried after a crash), by {len({ln[1] for ln in lines})} members in "
       f"{len({ln[2] for ln in lines})} processes")
+# How late the latest execution came after its fire time: a takeover after a SIGKILL
+# (the new holder certifies the killed worker's node dead and runs on at once).
+late = [(datetime.datetime.fromisoformat(ln[4][4:]) - datetime.datetime.fromisoformat(ln[0]))
+        .total_seconds() for ln in lines if len(ln) > 4 and ln[4].startswith("ran=")]
+if late:
+    mid = sorted(late)[len(late) // 2]
+    print(f"slowest execution: {max(late):.2f}s after its fire time (median {mid:.2f}s)")

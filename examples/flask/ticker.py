@@ -10,6 +10,7 @@ host shares. TICKS_FILE names the file the job appends to.
 
 from __future__ import annotations
 
+import datetime
 import os
 
 from flask import Flask
@@ -24,8 +25,10 @@ sched = raftsched.Scheduler(stop_timeout=10)
 @sched.job(every="1s", id="append-tick", overlap="allow",
            misfire={"policy": "all", "grace": "1m", "max_catchup": 100})
 def append_tick(ctx: raftsched.RunContext) -> None:
+    ran = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
     with open(TICKS, "a", encoding="utf-8") as f:
-        f.write(f"{ctx.scheduled_at} {ctx.node_id} pid={os.getpid()} attempt={ctx.attempt}\n")
+        f.write(f"{ctx.scheduled_at} {ctx.node_id} pid={os.getpid()} attempt={ctx.attempt} "
+                f"ran={ran}\n")
 
 
 app = Flask(__name__)

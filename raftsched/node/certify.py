@@ -24,6 +24,7 @@ from raftsched.node.guard import proof
 
 if TYPE_CHECKING:
     from raftsched.node.raft import RaftNode
+    from raftsched.node.reads import ReadBarrier
     from raftsched.node.writes import ClientWrites
 
 log = logging.getLogger("raftsched.node")
@@ -82,7 +83,8 @@ class CertifyOps:
         return {"released": reply["released"], "already": reply["already"]}
 
 
-async def certify_previous(*, raft: RaftNode, writes: ClientWrites, node_id: str, boot: int,
+async def certify_previous(*, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
+                           node_id: str, boot: int,
                            missing_feature: Callable[[str], list[str]]) -> int | None:
     """A restarted node's certificate for its previous incarnation (call once this node
     reaches a quorum, before its first heartbeat). Holding the data dir's lock proves the
@@ -96,6 +98,7 @@ async def certify_previous(*, raft: RaftNode, writes: ClientWrites, node_id: str
         return rec.boot_ms, [(r.run_id, r.fence) for r in st.active_on(node_id)
                              if r.state == "started"]
 
+    await reads.wait()  # the replay is done: what it reads is what the cluster says
     prev, started = raft.read(previous)
     if prev is None or missing_feature(FEATURE):
         return None

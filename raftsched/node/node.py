@@ -450,7 +450,7 @@ class Node:
             try:
                 await self.writes.await_quorum()
                 await certify.certify_previous(
-                    raft=self.raft, writes=self.writes, node_id=self.node_id,
+                    raft=self.raft, writes=self.writes, reads=self.reads, node_id=self.node_id,
                     boot=self.boot_ms, missing_feature=self.features.missing)
                 return
             except RaftschedError as exc:

@@ -147,3 +147,43 @@ def test_a_frozen_node_is_never_certified_and_comes_back(cluster_factory, tmp_pa
     wait_until(lambda: _alive_in_status(c, victim), 30, f"{victim} alive again")
     with c.client([leader]) as cl:
         assert cl.status()["leader"] is not None
+
+
+def test_a_restarted_node_kills_what_its_dead_incarnation_left_and_certifies_it(
+        cluster_factory, tmp_path):
+    """Node and guard killed at once (kill_host) while a job runs: the job outlives both
+    (an orphan). The node restarted on its data dir finds it by its run id and fence,
+    kills it, and certifies its previous incarnation dead before its first heartbeat;
+    the run is retried as attempt 2 (and its attempt 1 is never running beside it)."""
+    c = cluster_factory(1)
+    c.start_all()
+    c.wait_leader(30)
+    ran = str(tmp_path / "ran.jsonl")
+    at = (int(time.time()) + 2) * 1000
+    from raftsched.core.durations import format_timestamp
+    with c.client() as cl:
+        cl.put_job({"id": "long", "schedule": {"at": format_timestamp(at)},
+                    "command": witness_command(ran, sleep_s=60, phases=True)})
+    first = wait_until(lambda: [w for w in read_witness(ran) if w.get("phase") == "start"],
+                       30, "the job to start")[0]
+    c.kill_host("n1")
+    assert _pid_alive(first["pid"]), "the job should outlive its node and guard here"
+    c.start("n1")
+    wait_until(lambda: not _pid_alive(first["pid"]), 30,
+               "the restarted node to kill its dead incarnation's job")
+    c.wait_leader(30)
+
+    def retried() -> list[dict[str, Any]] | None:
+        runs = cl_runs(c, "n1", "long")
+        return runs if any(r["attempt"] == 2 and r["started_ms"] for r in runs) else None
+
+    runs = wait_until(retried, 30, "attempt 2")
+    lost = [r for r in runs if r["attempt"] == 1 and r["state"] == "lost"]
+    assert lost and lost[0]["reason"] == CERTIFIED, runs
+    starts = wait_until(lambda: (lambda s: s if len(s) >= 2 else None)(
+        [w for w in read_witness(ran) if w.get("phase") == "start"]), 30, "attempt 2 running")
+    assert [w["ATTEMPT"] for w in starts] == ["1", "2"], starts
+    ends = [w for w in read_witness(ran) if w.get("phase") in ("tick", "end")
+            and w["ATTEMPT"] == "1"]
+    second = next(w for w in starts if w["ATTEMPT"] == "2")
+    assert all(w["t"] < second["t"] for w in ends), "attempt 1 still ran beside attempt 2"
