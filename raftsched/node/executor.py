@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import errno
 import functools
 import importlib
 import inspect
@@ -236,7 +237,7 @@ class Execution:
             spawned = True
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
-                                   reason=f"cannot execute: {exc.strerror or exc}"[:200])
+                                   reason=_cannot_execute(self.spec.command[0], exc, env))
         finally:
             if not spawned and self.guard is not None:
                 # Refused, or cancelled (asyncio then kills the child it made): a stale
@@ -397,6 +398,17 @@ def _raised(exc: BaseException, tail_bytes: int, output: str = "") -> ExecutionR
     return ExecutionResult(outcome="failed", exit_code=None,
                            tail=(output or f"{type(exc).__name__}: {exc}")[-tail_bytes:],
                            reason=f"raised {type(exc).__name__}")
+
+
+def _cannot_execute(program: str, exc: OSError, env: dict[str, str]) -> str:
+    """The reason of a run whose program could not be started, naming the program (the
+    system's words alone, ``No such file or directory``, leave the reader guessing
+    which file)."""
+    reason = f"cannot execute {program!r}: {exc.strerror or exc}"
+    if exc.errno == errno.ENOENT and "/" not in program:
+        # Looked up on the PATH the job gets (the node's, unless the job sets its own).
+        reason += f" (not found on PATH={env.get('PATH', os.defpath)})"
+    return reason if len(reason) <= 200 else reason[:197] + "..."
 
 
 def _signal_group(pid: int, sig: int) -> None:
