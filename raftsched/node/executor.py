@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftsched.core.claims import MAX_TAIL
 from raftsched.core.model import ENV_MASK, JobSpec
 from raftsched.node import callpool, capture
 from raftsched.node.guard import Guard
@@ -86,7 +87,8 @@ class ExecutionResult:
     :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``lost`` (stopped by its own
         node: shutdown or lost quorum), ``shed`` or ``cancelled``.
     :var exit_code: the process exit code (negative: killed by that signal), if any.
-    :var tail: the last bytes of stdout+stderr, decoded leniently.
+    :var tail: the last bytes of stdout+stderr, decoded leniently; it begins with
+        :data:`capture.CUT_MARK` when earlier output was not kept.
     :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
     """
 
@@ -105,7 +107,9 @@ class Execution:
         self.spec = spec
         self.ctx = ctx
         self.base_env = base_env
-        self.tail_bytes = tail_bytes
+        # The state machine keeps at most MAX_TAIL characters of a tail, from its end: a
+        # longer one would lose its cut mark there.
+        self.tail_bytes = min(tail_bytes, MAX_TAIL)
         self.allowed = allowed
         self.kill_grace_s = kill_grace_s
         self.guard = guard
@@ -164,8 +168,7 @@ class Execution:
             self._settle(_raised(exc, self.tail_bytes, self.output.text()))
             return
         self._settle(ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
-                                     tail=_with_value(self.output.text(), value,
-                                                      self.tail_bytes)))
+                                     tail=_with_value(self.output, value)))
 
     def _settle(self, result: ExecutionResult) -> None:
         on_done, self._on_done = self._on_done, None
@@ -247,7 +250,7 @@ class Execution:
             self.guard.add(self.proc.pid, self.ctx.fence)
         if self.stopped:
             self._terminate(self.kill_grace_s)  # stopped while it was being spawned
-        tail = bytearray()
+        tail = _ByteTail(self.tail_bytes)
         reader = asyncio.ensure_future(self._read(tail))
         timed_out = False
         try:
@@ -273,7 +276,7 @@ class Execution:
         except (TimeoutError, asyncio.CancelledError):
             reader.cancel()
         code = self.proc.returncode
-        text = bytes(tail).decode("utf-8", "replace")
+        text = tail.text()
         if guarded is not None and code == -signal.SIGKILL and not timed_out:
             # Killed while this node was frozen (before any self-fence that followed
             # once it ran again): the cluster may have moved the run.
@@ -290,15 +293,13 @@ class Execution:
                                reason=f"exit {code}" if code is not None and code >= 0
                                else f"killed by signal {-(code or 0)}")
 
-    async def _read(self, tail: bytearray) -> None:
+    async def _read(self, tail: _ByteTail) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         while True:
             chunk = await self.proc.stdout.read(65536)
             if not chunk:
                 return
-            tail.extend(chunk)
-            if len(tail) > self.tail_bytes:
-                del tail[: len(tail) - self.tail_bytes]
+            tail.add(chunk)
 
     async def _run_call(self) -> ExecutionResult:
         """An ``async def`` callable, as a task on the node's loop (sync ones go to the
@@ -323,7 +324,7 @@ class Execution:
         except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
             return _raised(exc, self.tail_bytes, self.output.text())
         return ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
-                               tail=_with_value(self.output.text(), value, self.tail_bytes))
+                               tail=_with_value(self.output, value))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -375,10 +376,39 @@ async def _contained(func: Any, ctx: RunContext, tail: capture.Tail) -> Any:
             raise
 
 
-def _with_value(output: str, value: Any, tail_bytes: int) -> str:
+def _with_value(output: capture.Tail, value: Any) -> str:
     """The output tail, then what the callable returned (if anything)."""
-    text = output if value is None else output + str(value)
-    return text[-tail_bytes:]
+    return output.text("" if value is None else str(value))
+
+
+class _ByteTail:
+    """The last ``limit`` bytes of a process's output, decoded with a mark where the
+    output was cut (:func:`capture.mark_cut`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        #: The byte before the kept ones, once some were dropped.
+        self.before: int | None = None
+
+    def add(self, chunk: bytes) -> None:
+        self.kept.extend(chunk)
+        extra = len(self.kept) - self.limit
+        if extra > 0:
+            self.before = self.kept[extra - 1]
+            del self.kept[:extra]
+
+    def text(self) -> str:
+        kept, before = bytes(self.kept), self.before
+        if before is not None:
+            # A character the cut split would decode as U+FFFD: start after it.
+            start = 0
+            while start < min(len(kept), 3) and 0x80 <= kept[start] < 0xC0:
+                start += 1
+            if start:
+                kept, before = kept[start:], kept[start - 1]
+        return capture.mark_cut(kept.decode("utf-8", "replace"), self.limit,
+                                None if before is None else chr(before))
 
 
 def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:

@@ -286,3 +286,12 @@ def test_a_command_that_cannot_be_found_names_the_program():
     results, _ = _run(_spec(command=["/nonexistent/rs29"]))
     assert results[0].reason == \
         "cannot execute '/nonexistent/rs29': No such file or directory", results
+
+
+def test_an_output_tail_cut_inside_a_line_is_marked():
+    script = "print('start of the run'); print('e' * 200 + ' the error'); print('bye')"
+    results, _ = _run(_spec(command=[sys.executable, "-c", script]))
+    [result] = results
+    assert result.outcome == "succeeded"
+    assert result.tail.startswith("[earlier output not kept]\n...eee"), result.tail
+    assert result.tail.endswith("eee the error\nbye\n") and len(result.tail) <= 64
