@@ -113,6 +113,21 @@ def test_pointing_the_cli_at_the_metrics_port_says_so(cluster_factory):
     assert "timed out" not in res.stderr
 
 
+def test_pointing_the_cli_at_the_raft_port_says_so_and_not_tls(cluster_factory):
+    """Issue 29 papercut: the Raft port's hang-up was reported as "a TLS port?"."""
+    c = cluster_factory(1, secret=SECRET)
+    c.start_all()
+    c.wait_leader()
+    res = cli(c, "status", addrs=[c.raft["n1"]], timeout=8)
+    assert res.returncode == 3, res
+    assert "Raft port" in res.stderr and "`api` address" in res.stderr, res.stderr
+    assert "TLS port" not in res.stderr and "--tls-ca" not in res.stderr, res.stderr
+    # With the API port after it in the list, the CLI goes on to it.
+    ok = cli(c, "status", addrs=[c.raft["n1"], c.api["n1"]], timeout=8)
+    assert ok.returncode == 0, ok
+    assert health(c, "n1") == "ok"
+
+
 def test_an_http_client_on_the_api_port_is_told_where_it_is(cluster_factory):
     c = cluster_factory(1, secret=SECRET)
     c.start_all()
