@@ -3,7 +3,7 @@
 It writes a cluster config into the data dir, starts one ``raftsched node`` process
 per node, prints a readable live feed of the runs across the cluster (from the
 nodes' JSON event lines), and on Ctrl-C drains the cluster, then stops every node
-(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.faces.ports`).
+(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.node.ports`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from raftsched.faces import localstop, ports
+from raftsched.faces import localstop
 from raftsched.faces.launcher import (
     NodeAddrs,
     base_layout,
@@ -27,6 +27,7 @@ from raftsched.faces.launcher import (
     spawn_node,
     terminate_procs,
 )
+from raftsched.node import ports
 from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
 from raftsched.wire.client import Client
 from raftsched.wire.secretfile import load_or_create_secret

@@ -45,6 +45,7 @@ from raftsched.core.errors import InvalidArgument, RaftschedError
 from raftsched.node import (
     applyops,
     audit,
+    datadir,
     eventpolicy,
     events,
     gcwatch,
@@ -119,15 +120,6 @@ class Node:
         self.cfg = cfg
         self.node_id = node_id
         self.me = cfg.node(node_id)
-        #: Where the secrets come from ($secret_env, secret_file or the generated file),
-        #: re-read while the node runs when it is a file (a rotation).
-        self.secrets = SecretSource(
-            cfg, env, check=functools.partial(check_bind_safety, cfg, node_id))
-        #: The used secret (the first of the keyring); never logged.
-        self.secret = self.secrets.current[0]
-        #: The generated secret's file when none is configured (never listen without one).
-        self.secret_path: str | None = self.secrets.generated_path
-        self.cluster_id = self.secrets.cluster_id
         tls = cfg.tls_paths(node_id)
         ssl_ctx = server_context(*tls) if tls is not None else None
         self._pointer: str | None = None
@@ -143,26 +135,13 @@ class Node:
         self._stop = asyncio.Event()
         #: The process exit code ``run_node`` returns (1 after a refused format).
         self.exit_code = 0
-        # The journal and snapshots hold job env values in the clear: owner only.
         node_dir = cfg.node_data_dir(node_id)
-        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        # The checks that can refuse the start come before anything is written (the data
+        # dir, its secret): a refused node leaves nothing behind.
+        self.dir_lock = datadir.refuse_early(cfg, node_id, node_dir,
+                                              serves_metrics=metrics is not None)
         try:
-            os.chmod(node_dir, 0o700)
-        except PermissionError:  # not ours (a mounted volume): say so, still run
-            log.warning("cannot restrict %s to its owner; job env values in its journal "
-                        "may be readable by others", node_dir)
-        # Before pysyncobj opens the journal: one process per data dir, no corrupt replay.
-        self.dir_lock = DataDirLock(node_dir)
-        try:
-            check_node_files(node_dir, JOURNAL_FILE, DUMP_FILE)
-            # --join matters to a fresh node only: one with a journal is a member already.
-            join = join and not os.path.exists(os.path.join(node_dir, JOURNAL_FILE))
-            self.raft = RaftNode(
-                self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
-                data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
-                on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
-                max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
-                join=join, durability=cfg.durability)
+            self._open(cfg, node_id, env, node_dir, join)
         except BaseException:
             self.dir_lock.release()
             raise
@@ -262,6 +241,39 @@ class Node:
                                    port=port, secret=self.secret, node_id=node_id,
                                    max_body_bytes=cfg.limits.max_frame_bytes)
             self.http.set_secrets(list(self.secrets.current))
+
+    def _open(self, cfg: ClusterConfig, node_id: str, env: dict[str, str], node_dir: str,
+              join: bool) -> None:
+        """The secret, the data dir and its lock, the Raft replica: each undone by
+        releasing the lock when a later one fails."""
+        #: Where the secrets come from ($secret_env, secret_file or the generated file),
+        #: re-read while the node runs when it is a file (a rotation).
+        self.secrets = SecretSource(
+            cfg, env, check=functools.partial(check_bind_safety, cfg, node_id))
+        #: The used secret (the first of the keyring); never logged.
+        self.secret = self.secrets.current[0]
+        #: The generated secret's file when none is configured (never listen without one).
+        self.secret_path: str | None = self.secrets.generated_path
+        self.cluster_id = self.secrets.cluster_id
+        # The journal and snapshots hold job env values in the clear: owner only.
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        try:
+            os.chmod(node_dir, 0o700)
+        except PermissionError:  # not ours (a mounted volume): say so, still run
+            log.warning("cannot restrict %s to its owner; job env values in its journal "
+                        "may be readable by others", node_dir)
+        # Before pysyncobj opens the journal: one process per data dir, no corrupt replay.
+        if isinstance(self.dir_lock, datadir.NoLock):
+            self.dir_lock = DataDirLock(node_dir)
+        check_node_files(node_dir, JOURNAL_FILE, DUMP_FILE)
+        # --join matters to a fresh node only: one with a journal is a member already.
+        join = join and not os.path.exists(os.path.join(node_dir, JOURNAL_FILE))
+        self.raft = RaftNode(
+            self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
+            data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
+            on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
+            max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
+            join=join, durability=cfg.durability)
 
     # ------------------------------------------------------------ effects
 
