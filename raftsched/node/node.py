@@ -167,7 +167,8 @@ class Node:
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=applyops.FEATURES, fault=self.fault)
+                                 features=applyops.FEATURES, fault=self.fault,
+                                 on_event=self._publish_own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
@@ -340,11 +341,19 @@ class Node:
         self._feed.add(callback)
         return lambda: self._feed.discard(callback)
 
+    def _publish_own(self, event: str, fields: dict[str, Any]) -> None:
+        """This node's own news (a lost quorum: nothing commits to say it) to the feed."""
+        self._feed_seq += 1
+        self._send({"seq": self._feed_seq, "ts_ms": now_ms(), "event": event,
+                    "node": self.node_id, **fields})
+
     def _publish(self, eff: Effect) -> None:
         self._feed_seq += 1
         ev = events.feed_event(eff, node=self.node_id, seq=self._feed_seq, ts_ms=now_ms())
-        if ev is None:
-            return
+        if ev is not None:
+            self._send(ev)
+
+    def _send(self, ev: dict[str, Any]) -> None:
         for callback in list(self._feed):
             try:
                 callback(ev)

@@ -313,6 +313,22 @@ def test_next_fire_times_are_in_the_job_s_zone_on_one_line_and_utc_shown_once(
     assert visible_headers(browser) == ["#", "Europe/Berlin", "UTC", "note"]
 
 
+def test_the_feed_shows_a_run_as_its_start_and_its_end(cluster: Cluster, browser: Any) -> None:
+    """Issue 29 papercut: each run was three lines (assigned, started, ended)."""
+    cluster.wait_leader()
+    node = next(n for n in cluster.ids if cluster.alive(n))
+    wait_serving(cluster.http[node], UI_S)
+    base = f"http://{cluster.http[node]}/"
+    browser.get(base + "#/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + f"#token={TOK['read']}")
+    wait_until(lambda: len(browser.find_elements(
+        By.CSS_SELECTOR, '#feed li[data-event="run.ended"][data-job="tick"]')) >= 3, UI_S,
+        "three of tick's runs ended in the feed")
+    kinds = {ev for (ev,) in attrs(browser, '#feed li[data-job="tick"]', "data-event")}
+    assert kinds == {"run.started", "run.ended"}, kinds
+
+
 def test_a_read_only_token_gets_no_buttons_and_a_bad_one_the_form(
         cluster: Cluster, browser: Any) -> None:
     cluster.wait_leader()

@@ -373,15 +373,24 @@ function feedText(ev) {
     case "leader.changed": return `leader is now ${ev.leader || "none"} (term ${ev.term})`;
     case "node.lost": return `node ${ev.subject} lost`;
     case "node.back": return `node ${ev.subject} back`;
+    case "quorum.lost": return `${ev.node} lost the quorum (${span(ev.without_ms)} without): ` +
+      "it starts nothing, and stops its runs";
+    case "quorum.back": return `${ev.node} has the quorum again (after ${span(ev.without_ms)})`;
     case "stream.open": return `connected to ${ev.node}'s event stream`;
     case "stream.dropped": return `dropped by ${ev.node}: ${ev.reason}`;
     default: return `${ev.job_id || ""} ${ev.event.replace("job.", "")}`;
   }
 }
 
+// A run is two lines, its start and its end: its assignment (a moment before its start)
+// would be a third.
+const FEED_HIDDEN = new Set(["run.assigned"]);
+const CLUSTER_EVENTS = /^(leader|node|quorum)\./;
+
 function addFeed(ev) {
+  if (FEED_HIDDEN.has(ev.event)) return;
   const feed = $("feed");
-  const cls = ev.outcome ? `st ${ev.outcome}` : (ev.event.startsWith("leader") || ev.event.startsWith("node") ? "cluster" : "");
+  const cls = ev.outcome ? `st ${ev.outcome}` : (CLUSTER_EVENTS.test(ev.event) ? "cluster" : "");
   feed.prepend(el("li", { "data-event": ev.event, "data-job": ev.job_id, class: cls },
     el("time", {}, new Date(ev.ts_ms || Date.now()).toISOString().slice(11, 23)), " ", feedText(ev)));
   while (feed.children.length > FEED_MAX) feed.lastChild.remove();
