@@ -59,6 +59,7 @@ from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
 from raftsched.node.clusterops import ClusterOps
 from raftsched.node.config import ClusterConfig, check_bind_safety, split_addr
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
+from raftsched.node.feed import LiveFeed
 from raftsched.node.guard import Guard
 from raftsched.node.jobops import JobOps, Op
 from raftsched.node.leaderloop import LeaderLoop
@@ -164,11 +165,13 @@ class Node:
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard,
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
+        #: The live feed of the HTTP event streams (feed.py).
+        self.feed = LiveFeed(node_id)
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
                                  features=applyops.FEATURES, fault=self.fault,
-                                 on_event=self._publish_own)
+                                 on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
@@ -229,16 +232,13 @@ class Node:
                              http_addr=self.me.metrics, cluster_id=self.cluster_id,
                              json_http_addr=self.me.http)
         self.api.set_credentials(self.secrets.keyring(), self.secrets.cluster_ids())
-        #: Live-feed subscribers (the HTTP event streams); called on the event loop.
-        self._feed: set[Any] = set()
-        self._feed_seq = 0
         self.http: HttpServer | None = None
         if self.me.http is not None:
             # Imported only here: aiohttp costs a node without an HTTP API ~0.4 s of
             # CPU at every start.
             from raftsched.wire.http import HttpServer
             host, port = split_addr(self.me.http, "http")
-            self.http = HttpServer(handler=self.handle, subscribe=self.subscribe, host=host,
+            self.http = HttpServer(handler=self.handle, subscribe=self.feed.subscribe, host=host,
                                    port=port, secret=self.secret, node_id=node_id,
                                    max_body_bytes=cfg.limits.max_frame_bytes)
             self.http.set_secrets(list(self.secrets.current))
@@ -328,37 +328,12 @@ class Node:
             if self.metrics is not None:
                 self.metrics.effect(eff)
             eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
-            if self._feed:
-                self._publish(eff)
+            if self.feed:
+                self.feed.effect(eff)
         if wake_worker:
             self.worker.notify()
         if wake_leader:
             self.leader.wake()
-
-    def subscribe(self, callback: Any) -> Any:
-        """Call ``callback(event_dict)`` (on the event loop, must not block) for every
-        live-feed event; returns the function that unsubscribes."""
-        self._feed.add(callback)
-        return lambda: self._feed.discard(callback)
-
-    def _publish_own(self, event: str, fields: dict[str, Any]) -> None:
-        """This node's own news (a lost quorum: nothing commits to say it) to the feed."""
-        self._feed_seq += 1
-        self._send({"seq": self._feed_seq, "ts_ms": now_ms(), "event": event,
-                    "node": self.node_id, **fields})
-
-    def _publish(self, eff: Effect) -> None:
-        self._feed_seq += 1
-        ev = events.feed_event(eff, node=self.node_id, seq=self._feed_seq, ts_ms=now_ms())
-        if ev is not None:
-            self._send(ev)
-
-    def _send(self, ev: dict[str, Any]) -> None:
-        for callback in list(self._feed):
-            try:
-                callback(ev)
-            except Exception:  # noqa: BLE001 - one bad subscriber must not stop the node
-                log.exception("feed subscriber failed")
 
     # ------------------------------------------------------------ lifecycle
 
