@@ -15,7 +15,8 @@ DEFAULT_COUNT = 5
 
 
 def format_next(result: dict[str, Any]) -> str:
-    """One job's preview: the words, then a table of fire times (zone, UTC, DST days)."""
+    """One job's preview: the words, then a table of fire times (zone, UTC, DST days;
+    UTC alone for a UTC schedule)."""
     head = f"{result.get('id') or '-'}: {result.get('description')}"
     if result.get("paused"):
         head += "  [paused: nothing fires until it is resumed]"
@@ -23,11 +24,16 @@ def format_next(result: dict[str, Any]) -> str:
     fires = result.get("fires") or []
     if not fires:
         return head + "\n(no further fire times)"
+    from raftsched.faces.cliformat import format_table
+
+    if tz == "UTC":
+        # Its local time is its UTC time, and UTC has no DST: one column says it all.
+        return head + "\n" + format_table(
+            ["#", "UTC"], [[str(i), f"{f['utc']} {f.get('weekday', '')}".rstrip()]
+                           for i, f in enumerate(fires, 1)])
     rows = [[str(i), f"{f['local']} {f.get('weekday', '')}".rstrip(), f["utc"],
              f"DST day ({f['dst_change']})" if f.get("dst_change") else "-"]
             for i, f in enumerate(fires, 1)]
-    from raftsched.faces.cliformat import format_table
-
     return head + "\n" + format_table(["#", tz, "UTC", "NOTE"], rows)
 
 

@@ -3,7 +3,7 @@
 It writes a cluster config into the data dir, starts one ``raftsched node`` process
 per node, prints a readable live feed of the runs across the cluster (from the
 nodes' JSON event lines), and on Ctrl-C drains the cluster, then stops every node
-(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.faces.ports`).
+(:mod:`raftsched.faces.localstop`). It checks every port first (:mod:`raftsched.node.ports`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from raftsched.faces import localstop, ports
+from raftsched.faces import localstop
 from raftsched.faces.launcher import (
     NodeAddrs,
     base_layout,
@@ -27,15 +27,19 @@ from raftsched.faces.launcher import (
     spawn_node,
     terminate_procs,
 )
+from raftsched.node import ports
 from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
 from raftsched.wire.client import Client
 from raftsched.wire.secretfile import load_or_create_secret
 
-#: Events shown in the live feed (others are still in the nodes' logs).
-FEED = ("run.started", "run.finished", "run.ended", "run.missed", "run.skipped", "run.shed",
-        "run.start_rejected", "claim.released", "node.lost", "node.back", "leader.changed",
+#: Events shown in the live feed (others are still in the nodes' logs): a run is two
+#: lines, its start (the node running it) and its end (the leader's record of it; the
+#: worker's own run.finished would be a third line saying the same). A start refused
+#: because the run moved on is the node's business: the run's end line tells its fate.
+FEED = ("run.started", "run.ended", "run.missed", "run.skipped", "run.shed",
+        "claim.released", "node.lost", "node.back", "leader.changed",
         "job.put", "job.removed", "job.paused", "job.resumed", "node.started", "node.stopped",
-        "node.self_fenced")
+        "node.self_fenced", "quorum.lost", "quorum.back")
 
 
 def write_config(path: str, *, nodes: int, base_port: int, data_dir: str,
@@ -91,6 +95,8 @@ def format_event(node_id: str, line: str) -> str | None:
         return None
     if kind not in FEED:
         return None
+    if kind == "leader.changed" and ev.get("leader") != node_id:
+        return None  # every node applies it: the new leader's line says it once
     stamp = time.strftime("%H:%M:%S", time.gmtime(ev.get("ts_ms", 0) / 1000))
     stamp += f".{ev.get('ts_ms', 0) % 1000:03d}"
     skip = {"ts_ms", "event", "node", "run_id", "job_id", "outcome"}

@@ -27,6 +27,29 @@ _install_lock = threading.Lock()
 _installed = False
 
 
+#: The first line of a tail whose output began before it.
+CUT_MARK = "[earlier output not kept]\n"
+#: Before the kept part when the cut fell inside a line (its start is not shown).
+CUT_LINE = "..."  # ASCII: a tail is limited in bytes
+
+
+def mark_cut(text: str, limit: int, before: str | None = None) -> str:
+    """At most ``limit`` characters of the end of an output, ``text``, saying so where
+    output was cut off: a tail that starts inside a line reads as a whole line (an
+    error message missing its cause) unless it is marked.
+
+    :param before: the character just before ``text`` in the output, when output
+        before ``text`` was dropped already (None: ``text`` starts the output)."""
+    if before is None and len(text) <= limit:
+        return text
+    room = limit - len(CUT_MARK) - len(CUT_LINE)
+    if room < len(CUT_MARK):  # a tail too small to hold the mark too: the bare end
+        return text[-limit:]
+    if len(text) > room:
+        before, text = text[-room - 1], text[-room:]
+    return CUT_MARK + ("" if before == "\n" else CUT_LINE) + text
+
+
 class Tail:
     """The last ``limit`` characters written, thread-safe (a callable may start threads
     that inherit nothing, but its own thread and an async task write here)."""
@@ -35,6 +58,8 @@ class Tail:
         self.limit = max(int(limit), 1)
         self._parts: list[str] = []
         self._size = 0
+        #: The character before the kept text, once some was dropped (for mark_cut).
+        self._before: str | None = None
         self._lock = threading.Lock()
 
     def write(self, text: str) -> None:
@@ -44,12 +69,15 @@ class Tail:
             self._parts.append(text)
             self._size += len(text)
             if self._size > 2 * self.limit:
-                joined = "".join(self._parts)[-self.limit:]
+                joined = "".join(self._parts)
+                self._before = joined[-self.limit - 1]
+                joined = joined[-self.limit:]
                 self._parts, self._size = [joined], len(joined)
 
-    def text(self) -> str:
+    def text(self, then: str = "") -> str:
+        """The tail, then ``then`` (a callable's return value), marked where cut."""
         with self._lock:
-            return "".join(self._parts)[-self.limit:]
+            return mark_cut("".join(self._parts) + then, self.limit, self._before)
 
 
 class _Proxy:

@@ -31,10 +31,14 @@ import pickle
 import struct
 import time
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftsched.core.errors import CorruptJournal, DataDirLocked
+from raftsched.node import ports
 from raftsched.wire.secretfile import register
+
+if TYPE_CHECKING:
+    from raftsched.node.config import ClusterConfig
 
 log = logging.getLogger("raftsched.node")
 
@@ -247,3 +251,36 @@ def announce_secret(api_addr: str, secret_path: str) -> str | None:
     log.info("no cluster secret configured: Raft and the API use the secret generated in %s "
              "(mode 0600); clients of this user on this host find it", secret_path)
     return pointer
+
+
+class NoLock:
+    """The lock of a data dir not made yet (taken once the dir is made)."""
+
+    def release(self) -> None:
+        pass
+
+
+def refuse_early(cfg: ClusterConfig, node_id: str, node_dir: str, *,
+                 serves_metrics: bool) -> DataDirLock | NoLock:
+    """What can refuse a node's start, checked before anything is written (a node
+    started in the wrong directory left a stray ``./raftsched-data`` behind when its
+    bind failed): DataDirLocked when the data dir exists and another process runs this
+    node in it, then PortsTaken when another process holds one of the node's ports.
+    Returns the data dir's lock, held (NoLock when there is no dir yet)."""
+    lock: DataDirLock | NoLock = DataDirLock(node_dir) if os.path.isdir(node_dir) \
+        else NoLock()
+    me = cfg.node(node_id)
+    try:
+        try:
+            ports.refuse_taken(node_id, ports.node_ports(
+                me.raft, me.api, me.metrics if serves_metrics else None, me.http, node_id))
+        except ports.PortsTaken:
+            if isinstance(lock, NoLock) and os.path.isdir(node_dir):
+                # Made meanwhile: another process is starting this node right now, and
+                # its lock says so more plainly than its ports (DataDirLocked if held).
+                DataDirLock(node_dir).release()
+            raise
+    except BaseException:
+        lock.release()
+        raise
+    return lock

@@ -68,9 +68,13 @@ def emit_for(eff: Effect, *, me: str, leads: bool) -> None:
             events.emit("leader.changed", node=me, leader=node, term=term)
         case JobPut() | JobRemoved() | JobPaused() | JobResumed() if leads:
             events.emit(_JOB_EVENTS[type(eff)], node=me, job_id=eff.job_id)
-        case ClaimRefused(op, run_id, node, fence, current) if node == me:
+        case ClaimRefused(op, run_id, node, fence, current) if node == me and not (
+                op == "start" and current == fence):
+            # (The same fence: a retried start whose first try committed; the worker
+            # counts it as started, and so is it.)
             events.emit(f"run.{op}_rejected", node=me, run_id=run_id, fence=fence,
-                        current_fence=current, level=logging.WARNING)
+                        current_fence=current, reason=_refusal(op, fence, current),
+                        level=logging.WARNING)
         case NotifyDone(key, state, attempts) if leads and state != "delivered":
             # The notifier logs each failed attempt; this is the final word on it.
             log.info("notification %s %s after %d attempts", key, state, attempts)
@@ -78,6 +82,16 @@ def emit_for(eff: Effect, *, me: str, leads: bool) -> None:
             # A plan from a copy the state moved past: harmless (the next plan redoes
             # those jobs), but a plan refused every time is a bug worth seeing.
             log.debug("plan items refused: %s", items[:5])
+
+
+def _refusal(op: str, fence: int, current: int | None) -> str:
+    """Why the state machine refused this node's start or finish of a run, in words (a
+    bare ``current_fence=None`` read as an error after every restart)."""
+    if current is None:
+        return f"the run had already ended (or its job was removed) before this {op} committed"
+    if current != fence:
+        return f"the run moved on to attempt fence {current} (this node held fence {fence})"
+    return "the run is not in a state this outcome can follow"
 
 
 __all__ = ["emit_for"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import errno
 import functools
 import importlib
 import inspect
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftsched.core.claims import MAX_TAIL
 from raftsched.core.model import ENV_MASK, JobSpec
 from raftsched.node import callpool, capture
 from raftsched.node.guard import Guard
@@ -85,7 +87,8 @@ class ExecutionResult:
     :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``lost`` (stopped by its own
         node: shutdown or lost quorum), ``shed`` or ``cancelled``.
     :var exit_code: the process exit code (negative: killed by that signal), if any.
-    :var tail: the last bytes of stdout+stderr, decoded leniently.
+    :var tail: the last bytes of stdout+stderr, decoded leniently; it begins with
+        :data:`capture.CUT_MARK` when earlier output was not kept.
     :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
     """
 
@@ -104,7 +107,9 @@ class Execution:
         self.spec = spec
         self.ctx = ctx
         self.base_env = base_env
-        self.tail_bytes = tail_bytes
+        # The state machine keeps at most MAX_TAIL characters of a tail, from its end: a
+        # longer one would lose its cut mark there.
+        self.tail_bytes = min(tail_bytes, MAX_TAIL)
         self.allowed = allowed
         self.kill_grace_s = kill_grace_s
         self.guard = guard
@@ -163,8 +168,7 @@ class Execution:
             self._settle(_raised(exc, self.tail_bytes, self.output.text()))
             return
         self._settle(ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
-                                     tail=_with_value(self.output.text(), value,
-                                                      self.tail_bytes)))
+                                     tail=_with_value(self.output, value)))
 
     def _settle(self, result: ExecutionResult) -> None:
         on_done, self._on_done = self._on_done, None
@@ -222,13 +226,13 @@ class Execution:
         env.update(self.spec.env)
         env.update(self.ctx.environ())
         assert self.spec.command is not None
-        tail = bytearray()
+        tail = _ByteTail(self.tail_bytes)
         try:
             self.proc, reader = await _spawn(list(self.spec.command), env, self.guard,
-                                             self.ctx, tail, self.tail_bytes)
+                                             self.ctx, tail)
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
-                                   reason=f"cannot execute: {exc.strerror or exc}"[:200])
+                                   reason=_cannot_execute(self.spec.command[0], exc, env))
         proc = self.proc
         if self.stopped:
             self._terminate(self.kill_grace_s)  # stopped while it was being spawned
@@ -252,7 +256,7 @@ class Execution:
             reader.cancel()
         proc.done()
         code = proc.returncode
-        text = bytes(tail).decode("utf-8", "replace")
+        text = tail.text()
         if proc.killed is not None and code == -signal.SIGKILL and not timed_out:
             # Killed by the guard while this node was frozen (before any self-fence that
             # followed once it ran again): the cluster may have moved the run.
@@ -293,7 +297,7 @@ class Execution:
         except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
             return _raised(exc, self.tail_bytes, self.output.text())
         return ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
-                               tail=_with_value(self.output.text(), value, self.tail_bytes))
+                               tail=_with_value(self.output, value))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -345,10 +349,39 @@ async def _contained(func: Any, ctx: RunContext, tail: capture.Tail) -> Any:
             raise
 
 
-def _with_value(output: str, value: Any, tail_bytes: int) -> str:
+def _with_value(output: capture.Tail, value: Any) -> str:
     """The output tail, then what the callable returned (if anything)."""
-    text = output if value is None else output + str(value)
-    return text[-tail_bytes:]
+    return output.text("" if value is None else str(value))
+
+
+class _ByteTail:
+    """The last ``limit`` bytes of a process's output, decoded with a mark where the
+    output was cut (:func:`capture.mark_cut`)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.kept = bytearray()
+        #: The byte before the kept ones, once some were dropped.
+        self.before: int | None = None
+
+    def add(self, chunk: bytes) -> None:
+        self.kept.extend(chunk)
+        extra = len(self.kept) - self.limit
+        if extra > 0:
+            self.before = self.kept[extra - 1]
+            del self.kept[:extra]
+
+    def text(self) -> str:
+        kept, before = bytes(self.kept), self.before
+        if before is not None:
+            # A character the cut split would decode as U+FFFD: start after it.
+            start = 0
+            while start < min(len(kept), 3) and 0x80 <= kept[start] < 0xC0:
+                start += 1
+            if start:
+                kept, before = kept[start:], kept[start - 1]
+        return capture.mark_cut(kept.decode("utf-8", "replace"), self.limit,
+                                None if before is None else chr(before))
 
 
 def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:
@@ -368,6 +401,17 @@ def _raised(exc: BaseException, tail_bytes: int, output: str = "") -> ExecutionR
     return ExecutionResult(outcome="failed", exit_code=None,
                            tail=(output or f"{type(exc).__name__}: {exc}")[-tail_bytes:],
                            reason=f"raised {type(exc).__name__}")
+
+
+def _cannot_execute(program: str, exc: OSError, env: dict[str, str]) -> str:
+    """The reason of a run whose program could not be started, naming the program (the
+    system's words alone, ``No such file or directory``, leave the reader guessing
+    which file)."""
+    reason = f"cannot execute {program!r}: {exc.strerror or exc}"
+    if exc.errno == errno.ENOENT and "/" not in program:
+        # Looked up on the PATH the job gets (the node's, unless the job sets its own).
+        reason += f" (not found on PATH={env.get('PATH', os.defpath)})"
+    return reason if len(reason) <= 200 else reason[:197] + "..."
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -412,10 +456,9 @@ class _Process:
 
 
 async def _spawn(argv: list[str], env: dict[str, str], guard: Guard | None, ctx: RunContext,
-                 tail: bytearray, tail_bytes: int
-                 ) -> tuple[_Process, asyncio.Future[None]]:
-    """Start ``argv`` in its own session with stdout and stderr into ``tail`` (its last
-    ``tail_bytes``); the process and the task reading its output."""
+                 tail: _ByteTail) -> tuple[_Process, asyncio.Future[None]]:
+    """Start ``argv`` in its own session with stdout and stderr into ``tail``; the
+    process and the task reading its output."""
     loop = asyncio.get_running_loop()
     if guard is None or not guard.alive:
         local = await asyncio.create_subprocess_exec(
@@ -426,7 +469,7 @@ async def _spawn(argv: list[str], env: dict[str, str], guard: Guard | None, ctx:
             start_new_session=True)
         assert local.stdout is not None
         return (_Process(local.pid, guard=None, local=local),
-                asyncio.ensure_future(_read(local.stdout, tail, tail_bytes)))
+                asyncio.ensure_future(_read(local.stdout, tail)))
     r, w = os.pipe()
     try:
         try:
@@ -448,19 +491,17 @@ async def _spawn(argv: list[str], env: dict[str, str], guard: Guard | None, ctx:
 
     async def read() -> None:
         try:
-            await _read(stream, tail, tail_bytes)
+            await _read(stream, tail)
         finally:
             transport.close()
 
     return proc, asyncio.ensure_future(read())
 
 
-async def _read(stream: asyncio.StreamReader, tail: bytearray, tail_bytes: int) -> None:
+async def _read(stream: asyncio.StreamReader, tail: _ByteTail) -> None:
     while True:
         chunk = await stream.read(65536)
         if not chunk:
             return
-        tail.extend(chunk)
-        if len(tail) > tail_bytes:
-            del tail[: len(tail) - tail_bytes]
+        tail.add(chunk)
 

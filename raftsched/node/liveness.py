@@ -17,11 +17,13 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease
 from raftsched.core.commands import Heartbeat
 from raftsched.core.errors import RaftschedError
+from raftsched.node import events
 from raftsched.node.clock import now_ms
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ class Liveness:
 
     def __init__(self, *, raft: RaftNode, worker: WorkerPool, guard: Guard | None,
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
-                 fault: str = "") -> None:
+                 fault: str = "",
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.raft = raft
         self.worker = worker
         self.guard = guard
@@ -56,6 +59,11 @@ class Liveness:
         self.lease_base = float("-inf")
         #: Whether this node stopped its runs for want of a quorum (until the next ack).
         self.fenced = False
+        #: ``on_event(name, fields)`` for quorum.lost/quorum.back (the node's live feed).
+        self.on_event = on_event
+        #: When (monotonic) the last acknowledged heartbeat before a quorum loss was
+        #: sent, while the loss lasts; None with the quorum (or before it is first had).
+        self.lost_since: float | None = None
 
     def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
         """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
@@ -66,6 +74,17 @@ class Liveness:
         self.lease_base = self.last_ack_send = sent_at
         self.fenced = False
         self._push_guard()
+        if self.lost_since is not None:
+            self._say("quorum.back", logging.INFO, without_ms=int(
+                (time.monotonic() - self.lost_since) * 1000))
+            self.lost_since = None
+
+    def _say(self, event: str, level: int, **fields: Any) -> None:
+        """An event line, and the same in the node's live feed: a quorum loss commits
+        nothing, so no replicated effect can tell a watcher of it."""
+        events.emit(event, node=self.me.id, level=level, **fields)
+        if self.on_event is not None:
+            self.on_event(event, fields)
 
     def _push_guard(self) -> None:
         if self.guard is not None:
@@ -115,6 +134,11 @@ class Liveness:
             self._push_guard()
             if now - self.last_ack_send > fence_after and not self.fenced:
                 self.fenced = True
+                if self.lease_base > float("-inf"):  # had one: lost it (not a boot)
+                    self.lost_since = self.last_ack_send
+                    self._say("quorum.lost", logging.WARNING, without_ms=int(
+                        (now - self.last_ack_send) * 1000), reason="no heartbeat of this "
+                        "node committed: it starts nothing, and stops its runs")
                 self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))
             # Overdue (a heartbeat unanswered, or none acknowledged for a period): look
             # every 0.1 s, so the self-fence comes within lease.FENCE_TICK_MS of its time.

@@ -47,6 +47,7 @@ from raftsched.node import (
     applyops,
     audit,
     certify,
+    datadir,
     eventpolicy,
     events,
     gcwatch,
@@ -60,6 +61,7 @@ from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
 from raftsched.node.clusterops import ClusterOps
 from raftsched.node.config import ClusterConfig, check_bind_safety, split_addr
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
+from raftsched.node.feed import LiveFeed
 from raftsched.node.guard import Guard
 from raftsched.node.jobops import JobOps, Op
 from raftsched.node.leaderloop import LeaderLoop
@@ -121,15 +123,6 @@ class Node:
         self.cfg = cfg
         self.node_id = node_id
         self.me = cfg.node(node_id)
-        #: Where the secrets come from ($secret_env, secret_file or the generated file),
-        #: re-read while the node runs when it is a file (a rotation).
-        self.secrets = SecretSource(
-            cfg, env, check=functools.partial(check_bind_safety, cfg, node_id))
-        #: The used secret (the first of the keyring); never logged.
-        self.secret = self.secrets.current[0]
-        #: The generated secret's file when none is configured (never listen without one).
-        self.secret_path: str | None = self.secrets.generated_path
-        self.cluster_id = self.secrets.cluster_id
         tls = cfg.tls_paths(node_id)
         ssl_ctx = server_context(*tls) if tls is not None else None
         self._pointer: str | None = None
@@ -145,26 +138,13 @@ class Node:
         self._stop = asyncio.Event()
         #: The process exit code ``run_node`` returns (1 after a refused format).
         self.exit_code = 0
-        # The journal and snapshots hold job env values in the clear: owner only.
         node_dir = cfg.node_data_dir(node_id)
-        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        # The checks that can refuse the start come before anything is written (the data
+        # dir, its secret): a refused node leaves nothing behind.
+        self.dir_lock = datadir.refuse_early(cfg, node_id, node_dir,
+                                              serves_metrics=metrics is not None)
         try:
-            os.chmod(node_dir, 0o700)
-        except PermissionError:  # not ours (a mounted volume): say so, still run
-            log.warning("cannot restrict %s to its owner; job env values in its journal "
-                        "may be readable by others", node_dir)
-        # Before pysyncobj opens the journal: one process per data dir, no corrupt replay.
-        self.dir_lock = DataDirLock(node_dir)
-        try:
-            check_node_files(node_dir, JOURNAL_FILE, DUMP_FILE)
-            # --join matters to a fresh node only: one with a journal is a member already.
-            join = join and not os.path.exists(os.path.join(node_dir, JOURNAL_FILE))
-            self.raft = RaftNode(
-                self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
-                data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
-                on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
-                max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
-                join=join, durability=cfg.durability)
+            self._open(cfg, node_id, env, node_dir, join)
         except BaseException:
             self.dir_lock.release()
             raise
@@ -188,10 +168,13 @@ class Node:
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard,
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
+        #: The live feed of the HTTP event streams (feed.py).
+        self.feed = LiveFeed(node_id)
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=applyops.FEATURES, fault=self.fault)
+                                 features=applyops.FEATURES, fault=self.fault,
+                                 on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
@@ -256,19 +239,49 @@ class Node:
                              http_addr=self.me.metrics, cluster_id=self.cluster_id,
                              json_http_addr=self.me.http)
         self.api.set_credentials(self.secrets.keyring(), self.secrets.cluster_ids())
-        #: Live-feed subscribers (the HTTP event streams); called on the event loop.
-        self._feed: set[Any] = set()
-        self._feed_seq = 0
         self.http: HttpServer | None = None
         if self.me.http is not None:
             # Imported only here: aiohttp costs a node without an HTTP API ~0.4 s of
             # CPU at every start.
             from raftsched.wire.http import HttpServer
             host, port = split_addr(self.me.http, "http")
-            self.http = HttpServer(handler=self.handle, subscribe=self.subscribe, host=host,
+            self.http = HttpServer(handler=self.handle, subscribe=self.feed.subscribe, host=host,
                                    port=port, secret=self.secret, node_id=node_id,
                                    max_body_bytes=cfg.limits.max_frame_bytes)
             self.http.set_secrets(list(self.secrets.current))
+
+    def _open(self, cfg: ClusterConfig, node_id: str, env: dict[str, str], node_dir: str,
+              join: bool) -> None:
+        """The secret, the data dir and its lock, the Raft replica: each undone by
+        releasing the lock when a later one fails."""
+        #: Where the secrets come from ($secret_env, secret_file or the generated file),
+        #: re-read while the node runs when it is a file (a rotation).
+        self.secrets = SecretSource(
+            cfg, env, check=functools.partial(check_bind_safety, cfg, node_id))
+        #: The used secret (the first of the keyring); never logged.
+        self.secret = self.secrets.current[0]
+        #: The generated secret's file when none is configured (never listen without one).
+        self.secret_path: str | None = self.secrets.generated_path
+        self.cluster_id = self.secrets.cluster_id
+        # The journal and snapshots hold job env values in the clear: owner only.
+        os.makedirs(node_dir, mode=0o700, exist_ok=True)
+        try:
+            os.chmod(node_dir, 0o700)
+        except PermissionError:  # not ours (a mounted volume): say so, still run
+            log.warning("cannot restrict %s to its owner; job env values in its journal "
+                        "may be readable by others", node_dir)
+        # Before pysyncobj opens the journal: one process per data dir, no corrupt replay.
+        if isinstance(self.dir_lock, datadir.NoLock):
+            self.dir_lock = DataDirLock(node_dir)
+        check_node_files(node_dir, JOURNAL_FILE, DUMP_FILE)
+        # --join matters to a fresh node only: one with a journal is a member already.
+        join = join and not os.path.exists(os.path.join(node_dir, JOURNAL_FILE))
+        self.raft = RaftNode(
+            self_addr=self.me.raft, peers=[p.raft for p in cfg.peers_of(node_id)],
+            data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
+            on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
+            max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
+            join=join, durability=cfg.durability)
 
     # ------------------------------------------------------------ effects
 
@@ -330,29 +343,12 @@ class Node:
             if self.metrics is not None:
                 self.metrics.effect(eff)
             eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
-            if self._feed:
-                self._publish(eff)
+            if self.feed:
+                self.feed.effect(eff)
         if wake_worker:
             self.worker.notify()
         if wake_leader:
             self.leader.wake()
-
-    def subscribe(self, callback: Any) -> Any:
-        """Call ``callback(event_dict)`` (on the event loop, must not block) for every
-        live-feed event; returns the function that unsubscribes."""
-        self._feed.add(callback)
-        return lambda: self._feed.discard(callback)
-
-    def _publish(self, eff: Effect) -> None:
-        self._feed_seq += 1
-        ev = events.feed_event(eff, node=self.node_id, seq=self._feed_seq, ts_ms=now_ms())
-        if ev is None:
-            return
-        for callback in list(self._feed):
-            try:
-                callback(ev)
-            except Exception:  # noqa: BLE001 - one bad subscriber must not stop the node
-                log.exception("feed subscriber failed")
 
     # ------------------------------------------------------------ lifecycle
 

@@ -75,6 +75,11 @@ class StatusView:
         members = membership.view(raft, self.cfg)
         has_quorum = raft.has_quorum() if configured > 1 else leader_id is not None
         if leader_id is None or not has_quorum:
+            # "alive" is the leader's verdict, and without a leader nobody gives one: the
+            # replicated one stays as it was when the quorum went (a stopped node "alive"
+            # for good). Say what this node sees instead: whom it is connected to.
+            for n in nodes:
+                n["alive"] = n["connected"]
             health = "down"
             summary = (f"cluster down: no leader seen by {self.node_id} "
                        f"({alive}/{configured} nodes reachable)")

@@ -41,6 +41,9 @@ _HTTP_STARTS = frozenset({b"HTTP"})
 _NOT_API = ("this is an HTTP endpoint (the metrics port?), not the raftsched API port; "
             "give the node's `api` address (default 127.0.0.1:7101)")
 
+_NOT_API_RAFT = ("likely a node's Raft port (for its peers only), not its API port; give "
+                 "the node's `api` address (default 127.0.0.1:7101)")
+
 
 class NotTheApi(ProtocolError):
     """The address answers, but it is not a raftsched API port (an HTTP server)."""
@@ -92,8 +95,13 @@ class NodeConnection:
             except ConnectionError as exc:
                 if isinstance(exc, RaftschedError) or self._ssl is not None:
                     raise
-                raise ConnectionError(f"{host}:{port} closed the connection at hello (a TLS "
-                                      f"port? give its CA: --tls-ca or ${TLS_CA_ENV})") from None
+                # Hung up on at hello: a TLS API port, or (far likelier on a first try)
+                # a node's Raft port, which drops any stranger. Ask in TLS which one.
+                if _speaks_tls(host, port, deadline):
+                    raise ConnectionError(f"{host}:{port} speaks TLS: give its CA "
+                                          f"(--tls-ca or ${TLS_CA_ENV})") from None
+                raise NotTheApi(f"{host}:{port} closed the connection at hello and does not "
+                                f"speak TLS: {_NOT_API_RAFT}") from None
             except TimeoutError:
                 # Silence after our hello: a slow node, or a server waiting for a line we
                 # never send (the metrics port is HTTP). Ask in HTTP which one it is.
@@ -295,6 +303,27 @@ def _http_reply(host: str, port: int, deadline: float) -> bytes | None:
     except OSError:
         return None
     return data if data.startswith(b"HTTP/") else None
+
+
+def _speaks_tls(host: str, port: int, deadline: float) -> bool:
+    """Does ``host:port`` answer a TLS handshake (within a second, or by the deadline)?
+    Nothing is sent over it: it only tells a TLS port from a port that hangs up."""
+    wait = max(min(1.0, deadline - time.monotonic()), 0.2)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=wait) as raw:
+            raw.settimeout(wait)
+            with ctx.wrap_socket(raw, server_hostname=host):
+                return True
+    except ssl.SSLError as exc:
+        # The server answered in TLS but would not finish (an alert: a client
+        # certificate it wants, a version it refuses): still a TLS port.
+        return not isinstance(exc, ssl.SSLEOFError | ssl.SSLZeroReturnError) and \
+            "WRONG_VERSION_NUMBER" not in str(exc)
+    except OSError:
+        return False
 
 
 def _is_raftsched_api(host: str, port: int, deadline: float) -> bool:

@@ -113,7 +113,9 @@ SCHEMAS: dict[str, Any] = {
             "consistent": {"type": "boolean"}, "totals": {"type": "object"},
             "nodes": {"type": "array", "items": {
                 "type": "object", "required": ["node_id", "alive", "connected"],
-                "properties": {"node_id": {"type": "string"}, "alive": {"type": "boolean"},
+                "properties": {"node_id": {"type": "string"}, "alive": {
+                    "type": "boolean", "description": "The leader's verdict; without a "
+                    "leader (health down), whether the serving node is connected to it."},
                                "connected": {"type": "boolean"},
                                "skew_ms": _NULLABLE_INT}}}}},
 }

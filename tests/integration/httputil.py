@@ -79,12 +79,13 @@ class EventStream:
         self.status = self.resp.status
         self.seen: list[dict[str, Any]] = []
 
-    def next_event(self) -> dict[str, Any] | None:
-        """The next ``data:`` event; None at the end of the stream."""
+    def next_event(self, deadline: float | None = None) -> dict[str, Any] | None:
+        """The next ``data:`` event; None at the end of the stream, or once ``deadline``
+        (monotonic) has passed (the stream's keep-alive comments never end a read)."""
         data: list[str] = []
         while True:
             line = self.resp.readline()
-            if not line:
+            if not line or (deadline is not None and time.monotonic() > deadline):
                 return None
             text = line.decode("utf-8").rstrip("\r\n")
             if text.startswith("data: "):
@@ -97,7 +98,7 @@ class EventStream:
     def wait_for(self, pred: Any, timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            ev = self.next_event()  # blocks at most the connection timeout
+            ev = self.next_event(deadline)  # blocks at most the connection timeout
             if ev is None:
                 break
             if pred(ev):

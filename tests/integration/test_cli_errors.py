@@ -91,6 +91,26 @@ def test_exit_codes_follow_the_cluster_health_and_no_quorum_is_said(cluster_fact
     assert err["code"] == "not_ready" and err["message"].startswith("no quorum"), err
 
 
+def test_status_without_a_leader_does_not_call_stopped_nodes_alive(cluster_factory):
+    """Issue 29 papercut: with the quorum gone, nobody judges liveness, and the last
+    verdict (every node alive) was shown as if current."""
+    c = cluster_factory(3, secret=SECRET)
+    c.start_all()
+    c.wait_leader()
+    wait_until(lambda: health(c, "n1") == "ok", 20, "cluster ok")
+    c.kill("n2")
+    c.kill("n3")
+    wait_until(lambda: health(c, "n1") == "down", 20, "cluster down")
+    down = cli(c, "status", "--json", addrs=[c.api["n1"]])
+    assert down.returncode == 3, down
+    alive = {n["node_id"]: n["alive"] for n in json.loads(down.stdout)["nodes"]}
+    assert alive == {"n1": True, "n2": False, "n3": False}, alive
+    text = cli(c, "status", addrs=[c.api["n1"]])
+    rows = {line.split()[0]: line.split()[1:3] for line in text.stdout.splitlines()
+            if line[:2] in ("n1", "n2", "n3")}
+    assert rows == {"n1": ["yes", "yes"], "n2": ["no", "no"], "n3": ["no", "no"]}, text.stdout
+
+
 def test_errors_are_json_on_stdout_under_json_with_exit_1(cluster_factory):
     c = cluster_factory(1, secret=SECRET)
     c.start_all()
@@ -111,6 +131,21 @@ def test_pointing_the_cli_at_the_metrics_port_says_so(cluster_factory):
     assert res.returncode == 3, res
     assert "metrics port" in res.stderr and "HTTP" in res.stderr, res.stderr
     assert "timed out" not in res.stderr
+
+
+def test_pointing_the_cli_at_the_raft_port_says_so_and_not_tls(cluster_factory):
+    """Issue 29 papercut: the Raft port's hang-up was reported as "a TLS port?"."""
+    c = cluster_factory(1, secret=SECRET)
+    c.start_all()
+    c.wait_leader()
+    res = cli(c, "status", addrs=[c.raft["n1"]], timeout=8)
+    assert res.returncode == 3, res
+    assert "Raft port" in res.stderr and "`api` address" in res.stderr, res.stderr
+    assert "TLS port" not in res.stderr and "--tls-ca" not in res.stderr, res.stderr
+    # With the API port after it in the list, the CLI goes on to it.
+    ok = cli(c, "status", addrs=[c.raft["n1"], c.api["n1"]], timeout=8)
+    assert ok.returncode == 0, ok
+    assert health(c, "n1") == "ok"
 
 
 def test_an_http_client_on_the_api_port_is_told_where_it_is(cluster_factory):

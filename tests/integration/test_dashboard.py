@@ -15,6 +15,7 @@ installs them from Debian's packages when it runs as root).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -246,6 +247,86 @@ def test_overview_buttons_job_page_and_feed_across_a_leader_kill(
     browser.save_screenshot(os.path.join(shots, "dashboard-failover.png"))
     cluster.start(leader)
     wait_serving(cluster.http[leader])
+
+
+def one_line(driver: Any, css: str) -> list[tuple[str, int]]:
+    """Each matching element's text and the number of lines it is laid out on."""
+    return [tuple(x) for x in driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => {"
+        " const r = document.createRange(); r.selectNodeContents(e);"
+        " const tops = new Set([...r.getClientRects()].map(b => Math.round(b.top)));"
+        " return [e.innerText.trim(), tops.size]; })", css)]
+
+
+def visible_headers(driver: Any) -> list[str]:
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#fires thead th')]"
+        ".filter(e => e.offsetParent !== null).map(e => e.innerText.trim())")
+
+
+def test_next_fire_times_are_in_the_job_s_zone_on_one_line_and_utc_shown_once(
+        cluster: Cluster, browser: Any) -> None:
+    """Issue 29 papercut: the overview showed the next fire time in UTC and the two
+    after it in the job's zone, wrapped mid-date; a UTC job's page had two UTC columns."""
+    cluster.wait_leader()
+    node = next(n for n in cluster.ids if cluster.alive(n))
+    wait_serving(cluster.http[node], UI_S)
+    base = f"http://{cluster.http[node]}/"
+    browser.get(base + "#/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.set_window_size(1100, 1000)  # the jobs table has to share the width
+    try:
+        browser.get(base + f"#token={TOK['read']}")
+        rows = '#jobs tr[data-job="nightly-backup"]'
+        wait_until(lambda: len(texts(browser, f"{rows} .later")) == 2, UI_S,
+                   "nightly-backup's next fire times")
+        wait_until(lambda: len(texts(browser, '#jobs tr[data-job="tick"] .later')) == 2,
+                   UI_S, "tick's next fire times")
+        berlin = re.compile(r"\d{4}-\d\d-\d\dT0[23]:30:00\+0[12]:00")
+        shown = one_line(browser, f"{rows} .next, {rows} .later")
+        assert len(shown) == 3 and all(berlin.search(text) for text, _ in shown), \
+            f"not all Europe/Berlin wall times: {shown}"
+        # Every timestamp on the page (in the schedule's words too) on one line.
+        stamps = one_line(browser, "#jobs .when")
+        # Three of each every/cron job, report's one and the one in its words.
+        assert len(stamps) == 3 + 3 + 3 + 2, stamps
+        for text, lines in stamps:
+            assert lines == 1, f"{text!r} wraps over {lines} lines"
+        utc = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+        ticks = texts(browser, '#jobs tr[data-job="tick"] .next, #jobs tr[data-job="tick"] .later')
+        assert len(ticks) == 3 and all(utc.search(text) for text in ticks), ticks
+    finally:
+        browser.set_window_size(1500, 1000)
+
+    browser.get(base + "#/jobs/tick")
+    wait_until(lambda: browser.find_element(By.ID, "job-title").text == "tick"
+               and len(browser.find_elements(By.CSS_SELECTOR, "#fires tbody tr")) == 10,
+               UI_S, "tick's ten fire times")
+    assert visible_headers(browser) == ["#", "UTC", "note"]
+    first = browser.execute_script(
+        "return [...document.querySelectorAll('#fires tbody tr')[0].cells]"
+        ".filter(e => e.offsetParent !== null).map(e => e.innerText.trim())")
+    assert len(first) == 3 and utc.search(first[1]), first
+    browser.get(base + "#/jobs/nightly-backup")
+    wait_until(lambda: browser.find_element(By.ID, "fires-zone").text == "Europe/Berlin",
+               UI_S, "nightly-backup's fire times")
+    assert visible_headers(browser) == ["#", "Europe/Berlin", "UTC", "note"]
+
+
+def test_the_feed_shows_a_run_as_its_start_and_its_end(cluster: Cluster, browser: Any) -> None:
+    """Issue 29 papercut: each run was three lines (assigned, started, ended)."""
+    cluster.wait_leader()
+    node = next(n for n in cluster.ids if cluster.alive(n))
+    wait_serving(cluster.http[node], UI_S)
+    base = f"http://{cluster.http[node]}/"
+    browser.get(base + "#/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(base + f"#token={TOK['read']}")
+    wait_until(lambda: len(browser.find_elements(
+        By.CSS_SELECTOR, '#feed li[data-event="run.ended"][data-job="tick"]')) >= 3, UI_S,
+        "three of tick's runs ended in the feed")
+    kinds = {ev for (ev,) in attrs(browser, '#feed li[data-job="tick"]', "data-event")}
+    assert "run.assigned" not in kinds and {"run.started", "run.ended"} <= kinds, kinds
 
 
 def test_a_read_only_token_gets_no_buttons_and_a_bad_one_the_form(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -83,6 +84,33 @@ def test_a_second_process_on_a_node_s_data_dir_is_refused_naming_dir_and_pid(
     with c.client() as cl:
         assert [j["id"] for j in cl.list_jobs()["jobs"]] == ["keep"]
     assert c.status("n1")["term"] == 1
+
+
+def test_a_node_whose_port_is_taken_writes_nothing_and_names_the_holder(tmp_path: Any) -> None:
+    """Issue 29 papercut: started from another directory beside a running node, a node
+    made ``./raftsched-data`` (its secret, its node dir) there, then failed on its port."""
+    raft, api, metrics = free_ports(3)
+    config = tmp_path / "cluster.toml"
+    config.write_text(f'''[cluster]
+data_dir = "./raftsched-data"
+[[nodes]]
+id = "n1"
+raft = "127.0.0.1:{raft}"
+api = "127.0.0.1:{api}"
+metrics = "127.0.0.1:{metrics}"
+''')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", api))
+        holder.listen()
+        res = subprocess.run(_node_cmd(str(config)), env=_env(), cwd=elsewhere,
+                             capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1, res
+    assert "port_in_use" in res.stderr, res.stderr
+    assert f"port 127.0.0.1:{api} (n1 api) is in use by pid {os.getpid()}" in res.stderr
+    assert list(elsewhere.iterdir()) == [], "a refused node wrote into its cwd"
 
 
 def _stop(c: Cluster, sig: int = signal.SIGTERM, bound: float = 20.0) -> tuple[int, float]:

@@ -274,3 +274,24 @@ def test_a_thread_that_cannot_start_drops_the_call_only_when_no_thread_exists(mo
 
     assert asyncio.run(main()) == ["first", "second"]
     assert (pool._threads, pool._waking) == (1, 0)
+
+
+def test_a_command_that_cannot_be_found_names_the_program():
+    results, _ = _run(_spec(command=["no-such-program-rs29", "arg"]))
+    assert len(results) == 1 and results[0].outcome == "failed"
+    reason = results[0].reason
+    assert reason.startswith("cannot execute 'no-such-program-rs29': No such file or directory"
+                             " (not found on PATH="), reason
+    # A path is not looked up on PATH: the reason says only what the system said.
+    results, _ = _run(_spec(command=["/nonexistent/rs29"]))
+    assert results[0].reason == \
+        "cannot execute '/nonexistent/rs29': No such file or directory", results
+
+
+def test_an_output_tail_cut_inside_a_line_is_marked():
+    script = "print('start of the run'); print('e' * 200 + ' the error'); print('bye')"
+    results, _ = _run(_spec(command=[sys.executable, "-c", script]))
+    [result] = results
+    assert result.outcome == "succeeded"
+    assert result.tail.startswith("[earlier output not kept]\n...eee"), result.tail
+    assert result.tail.endswith("eee the error\nbye\n") and len(result.tail) <= 64

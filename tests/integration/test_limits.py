@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.errors import LimitExceeded, Overloaded, UnknownJob
+from raftsched.node.capture import CUT_LINE, CUT_MARK
 from raftsched.node.config import Timing
 from raftsched.node.raft import RaftNode
 from tests.fuzz import FRAME, RawConn, check_reply, frame, packb
@@ -266,7 +267,9 @@ def test_output_keeps_only_the_configured_tail(cl: Any) -> None:
     cl.trigger("loud")
     runs = wait_until(lambda: [r for r in cl.runs("loud")["runs"] if r["state"] == "succeeded"],
                       20, "the loud job's run to succeed")
-    assert runs[0]["tail"] == out[-TAIL:]
+    # Marked where it was cut (inside the line of x), the mark counted in the limit.
+    mark = CUT_MARK + CUT_LINE
+    assert runs[0]["tail"] == mark + out[-(TAIL - len(mark)):]
     assert len(runs[0]["tail"].encode()) == TAIL
 
 

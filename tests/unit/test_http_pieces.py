@@ -70,6 +70,17 @@ def test_preview_marks_dst_days_in_the_zone_and_says_it_in_words() -> None:
     assert "DST day (+1h)" in text and "Europe/Berlin" in text.splitlines()[1]
 
 
+@pytest.mark.parametrize("spec", [{"cron": "0 3 * * *", "tz": "UTC"}, {"every": "1h"},
+                                  {"at": "2030-01-01T03:00:00Z"}])
+def test_a_utc_schedule_s_fire_times_have_one_time_column(spec: dict[str, str]) -> None:
+    """Issue 29 papercut: its zone's column and the UTC column were two identical UTC."""
+    out = next_fires(schedule_from_spec(spec), _ms("2029-12-31T12:00:00+00:00"), 2)
+    header, first = format_next(dict(out, id="u", paused=False)).splitlines()[1:3]
+    assert header.split() == ["#", "UTC"]
+    assert first.split()[1] == out["fires"][0]["utc"]
+    assert first.split()[2] in ("Mon", "Tue")
+
+
 def test_every_and_at_in_words() -> None:
     assert describe(schedule_from_spec({"every": "90m"})) == "every 1 hour 30 minutes"
     assert describe(schedule_from_spec({"every": "1s"})) == "every second"

@@ -36,6 +36,45 @@ function el(tag, attrs, ...children) {
 
 function iso(ms) { return ms == null ? "-" : new Date(ms).toISOString().replace(".000Z", "Z"); }
 
+const zoneFormats = new Map();  // zone -> Intl.DateTimeFormat (built once: they are slow)
+const pad2 = (n) => String(n).padStart(2, "0");
+
+// ms as the wall time in zone tz, ISO 8601 with its offset (2026-03-29T02:30:00+02:00),
+// as the job page's fire times read: a job's times are all in its schedule's zone.
+function zoned(ms, tz) {
+  if (ms == null) return "-";
+  if (!tz || tz === "UTC") return iso(ms);
+  let fmt = zoneFormats.get(tz);
+  if (!fmt) {
+    try {
+      fmt = new Intl.DateTimeFormat("en-US", { timeZone: tz, hourCycle: "h23", year: "numeric",
+        month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit" });
+    } catch (e) { return iso(ms); }  // a zone this browser does not know: UTC, said so
+    zoneFormats.set(tz, fmt);
+  }
+  const p = Object.fromEntries(fmt.formatToParts(ms).map((x) => [x.type, x.value]));
+  const wall = Date.UTC(+p.year, +p.month - 1, +p.day, +p.hour, +p.minute, +p.second);
+  const off = Math.round((wall - Math.floor(ms / 1000) * 1000) / 60000);
+  const sign = off < 0 ? "-" : "+";
+  return `${p.year}-${p.month}-${p.day}T${p.hour}:${p.minute}:${p.second}` +
+    `${sign}${pad2(Math.floor(Math.abs(off) / 60))}:${pad2(Math.abs(off) % 60)}`;
+}
+
+// A timestamp is never broken across lines (a browser breaks after its hyphens): each
+// one in a text goes into a nowrap span; the words around it may wrap.
+const STAMP = /\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\d\d)?/g;
+function withTimes(text) {
+  const out = [];
+  let at = 0;
+  for (const m of String(text).matchAll(STAMP)) {
+    if (m.index > at) out.push(text.slice(at, m.index));
+    out.push(el("span", { class: "when" }, m[0]));
+    at = m.index + m[0].length;
+  }
+  if (at < text.length) out.push(text.slice(at));
+  return out;
+}
+
 function span(ms) {
   if (ms == null) return "-";
   const a = Math.abs(ms);
@@ -211,12 +250,22 @@ async function renderJobs(list, now) {
     const p = previews[i];
     const last = j.last || null;
     const later = p && !j.paused ? p.fires.filter((f) => f.at_ms > (j.next_ms || 0)).slice(0, 2) : [];
+    // All three in the schedule's zone (UTC until the preview has said which); the
+    // node's own local time when it has one (its zone rules are the ones that fire).
+    const tz = p ? p.tz : "UTC";
+    const local = (ms) => {
+      const f = tz === "UTC" ? null : p.fires.find((x) => x.at_ms === ms);
+      return f ? f.local : zoned(ms, tz);
+    };
     return el("tr", { "data-job": j.id, class: j.paused ? "paused" : "" },
       el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
-      el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) }, p ? p.description : JSON.stringify(j.spec.schedule)),
-      el("td", {}, el("div", { class: "next" }, j.paused ? "paused" : `${iso(j.next_ms)} (${rel(j.next_ms, now)})`),
-        ...later.map((f) => el("div", { class: `later${f.dst_change ? " dst" : ""}` },
-          `then ${f.local}${f.dst_change ? ` (DST day ${f.dst_change})` : ""}`))),
+      el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) },
+        ...withTimes(p ? p.description : JSON.stringify(j.spec.schedule))),
+      el("td", { title: `times in ${tz}` },
+        el("div", { class: "next", title: j.paused ? null : iso(j.next_ms) },
+          ...(j.paused ? ["paused"] : withTimes(`${local(j.next_ms)} (${rel(j.next_ms, now)})`))),
+        ...later.map((f) => el("div", { class: `later${f.dst_change ? " dst" : ""}`, title: f.utc },
+          ...withTimes(`then ${local(f.at_ms)}${f.dst_change ? ` (DST day ${f.dst_change})` : ""}`)))),
       el("td", { class: "last" }, last ? el("span", { class: `st ${last.state}`, title: last.reason || "" }, last.state) : "-"),
       el("td", {}, (j.active || []).length),
       el("td", { class: "paused-cell" }, j.paused ? "yes" : "no"),
@@ -261,8 +310,11 @@ function renderJob(job, next, runs) {
   $("job-pause").hidden = job.paused;
   $("job-resume").hidden = !job.paused;
   $("fires-zone").textContent = next.tz;
+  // A UTC schedule's local time is its UTC time: one column, not two that say the same.
+  $("fires").classList.toggle("utc-only", next.tz === "UTC");
   $("fires").tBodies[0].replaceChildren(...next.fires.map((f, i) => el("tr", { class: f.dst_change ? "dst" : "" },
-    el("td", {}, i + 1), el("td", {}, `${f.local} ${f.weekday || ""}`), el("td", {}, f.utc),
+    el("td", {}, i + 1), el("td", {}, `${next.tz === "UTC" ? f.utc : f.local} ${f.weekday || ""}`),
+    el("td", { class: "utc" }, f.utc),
     el("td", {}, f.dst_change ? `DST day (${f.dst_change})` : ""))));
   renderRuns(runs.runs || []);
   $("job-spec").textContent = JSON.stringify(job.spec, null, 2);
@@ -296,7 +348,7 @@ function renderRuns(runs) {
     const late = began != null ? began - r.scheduled_ms : null;
     const took = began != null && r.finished_ms != null ? r.finished_ms - began : null;
     return el("tr", { id: `run-${r.run_id}`, "data-run": r.run_id, "data-state": r.state },
-      el("td", {}, r.run_id), el("td", { class: "fire" }, fireTimes(r)),
+      el("td", {}, r.run_id), el("td", { class: "fire" }, ...withTimes(fireTimes(r))),
       el("td", {}, el("span", { class: `st ${r.state}` }, r.state), times(r)),
       el("td", {}, late == null ? "-" : span(late)), el("td", {}, r.node || "-"),
       el("td", {}, r.attempt), el("td", {}, took == null ? "-" : span(took)),
@@ -321,15 +373,24 @@ function feedText(ev) {
     case "leader.changed": return `leader is now ${ev.leader || "none"} (term ${ev.term})`;
     case "node.lost": return `node ${ev.subject} lost`;
     case "node.back": return `node ${ev.subject} back`;
+    case "quorum.lost": return `${ev.node} lost the quorum (${span(ev.without_ms)} without): ` +
+      "it starts nothing, and stops its runs";
+    case "quorum.back": return `${ev.node} has the quorum again (after ${span(ev.without_ms)})`;
     case "stream.open": return `connected to ${ev.node}'s event stream`;
     case "stream.dropped": return `dropped by ${ev.node}: ${ev.reason}`;
     default: return `${ev.job_id || ""} ${ev.event.replace("job.", "")}`;
   }
 }
 
+// A run is two lines, its start and its end: its assignment (a moment before its start)
+// would be a third.
+const FEED_HIDDEN = new Set(["run.assigned"]);
+const CLUSTER_EVENTS = /^(leader|node|quorum)\./;
+
 function addFeed(ev) {
+  if (FEED_HIDDEN.has(ev.event)) return;
   const feed = $("feed");
-  const cls = ev.outcome ? `st ${ev.outcome}` : (ev.event.startsWith("leader") || ev.event.startsWith("node") ? "cluster" : "");
+  const cls = ev.outcome ? `st ${ev.outcome}` : (CLUSTER_EVENTS.test(ev.event) ? "cluster" : "");
   feed.prepend(el("li", { "data-event": ev.event, "data-job": ev.job_id, class: cls },
     el("time", {}, new Date(ev.ts_ms || Date.now()).toISOString().slice(11, 23)), " ", feedText(ev)));
   while (feed.children.length > FEED_MAX) feed.lastChild.remove();

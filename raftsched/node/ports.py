@@ -2,7 +2,9 @@
 
 ``raftsched local`` checks every port of its layout before it starts anything: beside a
 running ``raftsched node`` it half-started (n1 restart-looping on its taken port, n2
-and n3 forming a cluster) and its banner pointed at the other cluster's API. The holder
+and n3 forming a cluster) and its banner pointed at the other cluster's API. A node
+checks its own before it writes anything: started in the wrong directory beside a
+running node, it left a stray ``./raftsched-data`` behind when its bind failed. The holder
 is found from ``/proc/net/tcp{,6}`` (the listening socket's inode) and the ``/proc/*/fd``
 links naming it; a holder this user may not inspect stays unnamed.
 """
@@ -120,4 +122,36 @@ def taken(wanted: list[tuple[str, str]]) -> list[TakenPort]:
     return out
 
 
-__all__ = ["TakenPort", "holder", "taken"]
+class PortsTaken(OSError):
+    """A node's ports are held by other processes: it started nothing."""
+
+    code = "port_in_use"
+
+    def __init__(self, node_id: str, busy: list[TakenPort]) -> None:
+        super().__init__(errno.EADDRINUSE, "; ".join(t.describe() for t in busy))
+        self.node_id = node_id
+        self.busy = busy
+
+    def __str__(self) -> str:
+        them = "it" if len(self.busy) == 1 else "them"
+        return (f"{self.strerror}; node {self.node_id} started nothing (no data dir, no "
+                f"secret made): stop what holds {them}, or give this node other ports")
+
+
+def node_ports(raft: str, api: str, metrics: str | None, http: str | None,
+               node_id: str) -> list[tuple[str, str]]:
+    """``(what, addr)`` of every port node ``node_id`` would listen on."""
+    out = [(f"{node_id} raft", raft), (f"{node_id} api", api)]
+    out += [(f"{node_id} metrics", metrics)] if metrics else []
+    out += [(f"{node_id} http", http)] if http else []
+    return out
+
+
+def refuse_taken(node_id: str, wanted: list[tuple[str, str]]) -> None:
+    """PortsTaken naming each holder when any of ``wanted`` cannot be listened on."""
+    busy = taken(wanted)
+    if busy:
+        raise PortsTaken(node_id, busy)
+
+
+__all__ = ["PortsTaken", "TakenPort", "holder", "node_ports", "refuse_taken", "taken"]
