@@ -275,6 +275,10 @@ def test_install_snippets_are_what_ci_runs() -> None:
     assert run_cmd.split(" && ") == [
         "python3 -m venv .venv", ".venv/bin/pip install -q -c constraints.txt -e .",
         ".venv/bin/raftsched node"]
+    # The docs site is built strictly, with the pinned docs extra, before the tests.
+    assert '-m pip install -q -c constraints.txt -e ".[docs]"' in ci
+    assert re.search(r'^(?:NO_MKDOCS_2_WARNING=1 )?"\$VENV/bin/python" -m mkdocs build --strict '
+                     r'.*--site-dir ', ci, re.M)
 
 
 def test_backup_recipe_is_what_test_backup_runs() -> None:
