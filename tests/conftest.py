@@ -37,7 +37,7 @@ def cluster_factory(tmp_path):
 # RAFTSCHED_REQUIRE_ALL=1 (.ci/run sets it) any skip whose reason is not listed here
 # fails the session, and the summary names each one.
 ALLOWED_SKIPS = {
-    # The container image is built and run by hand (README "Packaging"): CI machines
+    # The container image is built and run by hand (docs/operations.md): CI machines
     # have a docker client at most, no daemon.
     "no container engine answers here": "no Docker daemon on CI machines",
 }

@@ -1,11 +1,16 @@
-"""Runs README snippets as written, inside a private network namespace.
+"""Runs README and docs snippets as written, inside a private network namespace.
 
 ``tests/integration/test_readme.py`` starts ``unshare --net python -m
 tests.integration.readme_driver SCENARIO WORKDIR`` with the snippets in a JSON file:
 the namespace has its own loopback, so the README's fixed default ports (7101, 7201,
 7001..7103 ...) are free and nothing outside is touched. The driver runs the commands
-with the ``raftsched`` of the test's venv on PATH, cleans up every process it started,
-prints progress, and writes what it saw to ``WORKDIR/result.json``; the test asserts.
+in WORKDIR, where ``.venv`` is the test's venv (the snippets say ``.venv/bin/raftsched``
+or activate it, as in a clone), cleans up every process it started, prints progress,
+and writes what it saw to ``WORKDIR/result.json``; the test asserts. The README's tour
+and the example apps run in a *fresh* shell: the venv is not on their PATH, so a
+snippet that calls ``raftsched`` without activating it fails here as it would for a
+reader. The other snippets follow the tour in the same (activated) shell: they run
+with the venv on PATH.
 """
 
 from __future__ import annotations
@@ -39,6 +44,22 @@ def sh(cmd: str, cwd: str, env: dict[str, str], check: bool = True,
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd!r} exited {proc.returncode}: {proc.stderr}")
     return proc
+
+
+def link_venv(folder: str) -> None:
+    """``folder/.venv`` is this venv, as the clone's ``.venv`` is the reader's."""
+    link = os.path.join(folder, ".venv")
+    if not os.path.lexists(link):
+        os.symlink(sys.prefix, link)
+
+
+def fresh(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as a new terminal has it: the venv neither on PATH nor active."""
+    bindir = os.path.dirname(sys.executable)
+    out = {k: v for k, v in env.items() if k != "VIRTUAL_ENV"}
+    out["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if p and os.path.realpath(p) != os.path.realpath(bindir))
+    return out
 
 
 def strip_comment(line: str) -> str:
@@ -93,12 +114,13 @@ def kill_pids(pids: set[int]) -> None:
 # ---------------------------------------------------------------- scenarios
 
 def tour(work: str, env: dict[str, str], snip: dict[str, Any]) -> dict[str, Any]:
-    """``raftsched node`` (the install block's last command), the tour block, then the
-    commands of the sample-output blocks; the node stops cleanly on SIGTERM."""
-    node = spawn(snip["node_cmd"], work, env, os.path.join(work, "node.log"))
+    """``.venv/bin/raftsched node`` (the install block's last command), the tour block,
+    both in fresh shells; then the commands of the sample-output blocks; the node stops
+    cleanly on SIGTERM."""
+    node = spawn(snip["node_cmd"], work, fresh(env), os.path.join(work, "node.log"))
     try:
         wait_until(lambda: healthy(work, env), 60, "the embedded default node healthy")
-        sh(snip["tour"], work, env)
+        sh(snip["tour"], work, fresh(env))
 
         def six_done() -> bool:
             runs = json.loads(sh("raftsched runs hello --json", work, env).stdout)["runs"]
@@ -247,13 +269,19 @@ def security(work: str, env: dict[str, str], snip: dict[str, Any]) -> dict[str, 
 
 
 def examples(work: str, env: dict[str, str], snip: dict[str, Any]) -> dict[str, Any]:
-    """The example-app blocks given (``run3``, ``gunicorn``) as written, from the
-    repository root (their files in WORKDIR, a folder of ``work`` each)."""
+    """The example-app blocks given (``run3``, ``gunicorn``) as written, in a fresh shell,
+    from a stand-in for the clone (its ``examples`` and ``.venv``; their files in
+    WORKDIR, a folder of ``work`` each)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    clone = os.path.join(work, "clone")
+    os.makedirs(clone, exist_ok=True)
+    link_venv(clone)
+    if not os.path.lexists(os.path.join(clone, "examples")):
+        os.symlink(os.path.join(root, "examples"), os.path.join(clone, "examples"))
     out: dict[str, Any] = {}
     for name in [n for n in ("run3", "gunicorn") if n in snip]:
-        run_env = dict(env, WORKDIR=os.path.join(work, name))
-        proc = sh(snip[name], root, run_env, check=False, timeout=120)
+        run_env = dict(fresh(env), WORKDIR=os.path.join(work, name))
+        proc = sh(snip[name], clone, run_env, check=False, timeout=120)
         out[name] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr[-3000:]}
     return out
 
@@ -267,6 +295,7 @@ def main() -> int:
     with open(os.path.join(work, "snippets.json"), encoding="utf-8") as f:
         snip = json.load(f)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    link_venv(work)
     env = dict(os.environ)
     env.pop("RAFTSCHED_ADDR", None)
     result = SCENARIOS[scenario](work, env, snip)

@@ -85,7 +85,7 @@ def test_repeated_leader_kills_lose_and_double_no_run(cluster_factory, tmp_path)
             if outcome.startswith("succeeded"):
                 assert executed[rid] == 1, f"{rid} recorded succeeded but ran {executed[rid]}x"
     print(f"\nleader kill -> next run started (s): {[round(x, 3) for x in recoveries]}")
-    # README: a killed leader is replaced in ~0.3 s; the next every-second fire comes
+    # docs/concepts.md: a killed leader is replaced in ~0.3 s; the next every-second fire comes
     # within a second of the kill; a loaded 2-core machine adds its process start.
     assert statistics.median(recoveries) <= 1.5, recoveries
     assert max(recoveries) < 5, recoveries

@@ -1,4 +1,4 @@
-"""Issue 29 item 4: the README's embedded snippet, run again on the same data dir, does
+"""Issue 29 item 4: the embedded snippet (docs/embedded.md), run again on the same data dir, does
 not warn that ``tick`` (which its ``with`` block declares) is no longer declared; a job
 the app really no longer declares is reported once, in one wording."""
 
@@ -17,7 +17,7 @@ from tests.integration.harness import ROOT, free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-# The README snippet's shape (its `with` block declares `tick` with add_job), on ports
+# The docs snippet's shape (its `with` block declares `tick` with add_job), on ports
 # of its own, and saying what wait_declared reported.
 APP = textwrap.dedent("""\
     import json

@@ -82,7 +82,7 @@ def test_gunicorn_four_workers_one_node_taken_over_when_its_worker_goes(tmp_path
         os.kill(second, signal.SIGKILL)
         killed = _takeover(a, second, "a worker taking the node over after a SIGKILL")
         print(f"takeover after recycle {recycled:.2f}s, after SIGKILL {killed:.2f}s")  # noqa: T201
-        # README: about a second; measured 0.1-0.2 s. The margin is for a loaded machine.
+        # docs/embedded.md: about a second; measured 0.1-0.2 s. The margin is for a loaded machine.
         assert recycled < 5 and killed < 5, (recycled, killed)
 
         t_to = (int(time.time()) + 3) * 1000

@@ -64,7 +64,7 @@ def test_metrics_move_as_runs_happen_and_health_endpoints_answer(cluster_factory
     assert after["raftsched_is_leader"] == 1
     assert after["raftsched_commit_latency_seconds_count"] > 0
     # Every hold of the Raft lock is timed (issue 13); nothing here holds it long:
-    # README's figure is <= 14 ms of work; the margin is a loaded machine preempting the
+    # docs/benchmarks.md's figure is <= 14 ms of work; the margin is a loaded machine preempting the
     # holder (the metric is wall time).
     assert after["raftsched_raft_lock_hold_seconds_count"] > before.get(
         "raftsched_raft_lock_hold_seconds_count", 0)

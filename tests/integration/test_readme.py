@@ -1,23 +1,28 @@
-"""Every code snippet of README.md is executed or checked here (issue 12 item 15).
+"""Every code snippet of README.md and of the documentation site's pages (docs/*.md) is
+executed or checked here (issue 12 item 15, issue 29).
 
-The fenced blocks are extracted from README.md. Each must match exactly one entry of
-:data:`COVERAGE`, which says which test below exercises it; a block added later
-without an entry fails :func:`test_every_readme_snippet_is_covered`. The bash and
-Python snippets run as written, with this venv's ``raftsched`` on PATH, inside a
-private network namespace (``unshare --net``, so the README's fixed default ports are
-free and nothing else on the machine is touched); see ``readme_driver.py``. Sample
-outputs are compared with what the same commands print now.
+The fenced blocks are extracted from README.md and docs/*.md. Each must match exactly
+one entry of :data:`COVERAGE`, which says which test below exercises it; a block added
+later without an entry fails :func:`test_every_snippet_is_covered`. The bash and Python
+snippets run as written inside a private network namespace (``unshare --net``, so the
+fixed default ports are free and nothing else on the machine is touched); see
+``readme_driver.py``. The README's tour runs in a shell whose PATH does not hold the
+venv, as a new reader's does: it must activate it. Sample outputs are compared with
+what the same commands print now.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import glob
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass
 
@@ -25,47 +30,68 @@ import pytest
 
 from raftsched.core.model import JobSpec
 from raftsched.node.config import load_config
-from tests.integration.harness import ROOT
+from tests.integration.harness import (
+    ROOT,
+    json_lines,
+    outcomes_by_fire_time,
+    wait_until,
+    witness_command,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 README = os.path.join(ROOT, "README.md")
+#: The pages whose blocks are covered: the README and the documentation site's.
+PAGES = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+#: A block's boilerplate line that does not name it (as imports do not).
+ACTIVATE = ". .venv/bin/activate"
 _FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
                     re.M | re.S)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Block:
-    """One fenced block of the README.
+    """One fenced block of README.md or of a docs page.
 
-    :var line: its first line number in README.md.
+    :var page: the file, relative to the repository (``README.md``, ``docs/jobs.md``).
+    :var line: its first line number in that file.
     :var lang: the fence's language tag ("" for sample output).
     :var text: its content, with the fence's indentation removed.
     """
 
+    page: str
     line: int
     lang: str
     text: str
 
     @property
     def key(self) -> str:
-        """The first line that is not blank, an import or a comment: what names it."""
+        """The first line that is not blank, an import, a comment or the venv's
+        activation: what names it."""
         for ln in self.text.splitlines():
             s = ln.strip()
-            if s and not s.startswith(("import ", "from ", "#")):
+            if (s and not s.startswith(("import ", "from ", "#"))
+                    and s.split("#")[0].strip() != ACTIVATE):
                 return s
         return ""
 
 
-def readme_blocks() -> list[Block]:
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def doc_blocks() -> list[Block]:
+    """Every fenced block of every page, in page order."""
     out = []
-    for m in _FENCE.finditer(text):
-        indent = len(m.group("indent"))
-        body = "\n".join(ln[indent:] for ln in m.group("body").splitlines())
-        out.append(Block(line=text.count("\n", 0, m.start()) + 1, lang=m.group("lang"),
-                         text=body + "\n"))
+    for path in PAGES:
+        text = _read(path)
+        for m in _FENCE.finditer(text):
+            indent = len(m.group("indent"))
+            body = "\n".join(ln[indent:] for ln in m.group("body").splitlines())
+            out.append(Block(page=os.path.relpath(path, ROOT),
+                             line=text.count("\n", 0, m.start()) + 1,
+                             lang=m.group("lang"), text=body + "\n"))
     return out
 
 
@@ -81,7 +107,7 @@ COVERAGE: dict[tuple[str, str], str] = {
         "test_install_snippets_are_what_ci_runs (CI runs exactly this, via .ci/run)",
     ("bash", "cat > hello.toml <<'EOF'"): "test_tour",
     ("", "$ raftsched runs hello --limit 3"): "test_tour (sample output compared)",
-    ("bash", "raftsched local --nodes 3"): "test_local_failover_and_python_client",
+    ("bash", ".venv/bin/raftsched local --nodes 3"): "test_local_failover_and_python_client",
     ("", "[n1] killed by SIGKILL"): "test_local_failover_and_python_client (feed compared)",
     ("python", "client = raftsched.Client("): "test_local_failover_and_python_client",
     ("python", "def tick(ctx: raftsched.RunContext)"): "test_embedded_snippet",
@@ -89,6 +115,7 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("bash", "examples/flask/gunicorn.sh"): "test_example_apps",
     ("toml", 'id = "nightly-backup"'): "test_job_spec_and_config_snippets_are_valid",
     ("toml", "[cluster]"): "test_job_spec_and_config_snippets_are_valid",
+    ("toml", '--8<-- "cluster.example.toml"'): "test_configuration_page_shows_the_example_config",
     ("", '{"ts_ms":'): "test_tour (keys compared with a real run.started event)",
     ("", "$ curl -s 127.0.0.1:7201/metrics"): "test_tour (sample output compared)",
     ("bash", "raftsched job export --dir jobs"): "test_apply_snippet",
@@ -104,6 +131,7 @@ COVERAGE: dict[tuple[str, str], str] = {
         "test_backup_recipe_is_what_test_backup_runs",
     ("bash", "raftsched node --config cluster.toml --id n4 --join"):
         "test_membership_recipe_is_what_test_membership_runs",
+    ("bash", "export RAFTSCHED_ADDR=10.0.0.1:7101"): "test_rolling_restart_recipe",
 }
 
 
@@ -112,17 +140,18 @@ def covering(block: Block) -> list[tuple[str, str]]:
 
 
 def block(lang: str, start: str) -> Block:
-    found = [b for b in readme_blocks() if (lang, start) in covering(b)]
-    assert len(found) == 1, f"README has {len(found)} blocks for {(lang, start)}"
+    found = [b for b in doc_blocks() if (lang, start) in covering(b)]
+    assert len(found) == 1, f"README and docs have {len(found)} blocks for {(lang, start)}"
     return found[0]
 
 
-def test_every_readme_snippet_is_covered() -> None:
-    blocks = readme_blocks()
+def test_every_snippet_is_covered() -> None:
+    blocks = doc_blocks()
     assert len(blocks) >= 10
+    assert {b.page for b in blocks} > {"README.md"}, "the docs pages have snippets too"
     for b in blocks:
         assert len(covering(b)) == 1, (
-            f"README.md line {b.line}: a ```{b.lang} block ({b.key[:60]!r}) that no test "
+            f"{b.page} line {b.line}: a ```{b.lang} block ({b.key[:60]!r}) that no test "
             "exercises: run it in tests/integration/test_readme.py and add it to COVERAGE")
     for key in COVERAGE:
         assert any(key in covering(b) for b in blocks), f"COVERAGE entry {key} matches no block"
@@ -130,12 +159,104 @@ def test_every_readme_snippet_is_covered() -> None:
 
 # ------------------------------------------------------------------ checked statically
 
-def test_every_picture_the_readme_shows_exists() -> None:
-    with open(README, encoding="utf-8") as f:
-        pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", f.read())
-    assert pictures, "the README shows the dashboard"
-    for path in pictures:
-        assert os.path.isfile(os.path.join(ROOT, path)), path
+def test_every_docs_page_is_in_the_site_nav() -> None:
+    """mkdocs.yml lists every page (CI's strict build fails on one left out too)."""
+    nav = re.findall(r"^\s*- (?:[^:\n]+: )?(\S+\.md)\s*$", _read(os.path.join(ROOT, "mkdocs.yml")),
+                     re.M)
+    pages = sorted(os.path.relpath(p, os.path.join(ROOT, "docs")) for p in PAGES[1:])
+    assert sorted(nav) == pages
+
+
+def test_every_picture_and_link_the_pages_show_exists() -> None:
+    """Pictures and relative links of the README and the docs pages point at files that
+    exist (relative to the page; an #anchor is the site build's to check)."""
+    pictures = []
+    for path in PAGES:
+        text = re.sub(r"^ *```.*?^ *```", "", _read(path), flags=re.M | re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:|#", target):
+                continue
+            full = os.path.join(os.path.dirname(path), target.split("#")[0])
+            assert os.path.exists(full), f"{os.path.relpath(path, ROOT)}: {target}"
+        pictures += re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert any("dashboard-overview.png" in p for p in pictures), "the dashboard is shown"
+
+
+#: Files a page names that are the reader's own, not the repository's.
+READERS_FILES = {"hello.toml", "nightly.toml", "cluster.toml", "tls.toml", "jobs/hello.toml",
+                 "jobs/b.toml", "certs/ca.crt", "certs/ca.key", "OUT/report.json",
+                 "raft.journal.meta"}
+
+
+_FILE_NAME = re.compile(r"[\w.@/-]+\.(?:py|md|toml|json|png|sh|service|txt)|[\w.-]+(?:/[\w.-]+)+/")
+
+
+def _named_files(text: str) -> set[str]:
+    """Repository files a page names in `code`: paths with a known extension or a
+    trailing slash, and bare ``*.py`` names."""
+    names = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        for word in span.split():
+            word = word.strip("(),;:")
+            if word.startswith(("/", "~")):  # the reader's machine's, not the repository's
+                continue
+            if _FILE_NAME.fullmatch(word) and "<" not in word and word not in READERS_FILES:
+                names.add(word)
+    return names
+
+
+def test_every_file_the_pages_name_exists() -> None:
+    """A page that names `raftsched/core/lease.py` or `bench/results/...md` names a file
+    the repository has (outside the site, a link cannot be checked by its build). A path
+    is taken from the repository root, raftsched/ or bench/results/; a bare name must be
+    some file's name."""
+    basenames = set()
+    for top in ("raftsched", "tests", "bench", "examples", "deploy", "docs"):
+        for _, _, names in os.walk(os.path.join(ROOT, top)):
+            basenames.update(names)
+    basenames.update(os.listdir(ROOT))
+    missing = []
+    for path in PAGES:
+        for name in sorted(_named_files(_read(path))):
+            if "/" not in name:
+                found = name in basenames
+            else:
+                found = any(os.path.exists(os.path.join(ROOT, base, name))
+                            for base in ("", "raftsched", os.path.join("bench", "results")))
+            if not found:
+                missing.append(f"{os.path.relpath(path, ROOT)}: {name}")
+    assert not missing, missing
+
+
+def _quoted(text: str, error: str) -> bool:
+    return " ".join(error.split()) in " ".join(text.split())
+
+
+def test_quoted_validation_errors_are_the_real_ones(tmp_path) -> None:
+    """The job spec page quotes what validation says; the code must say exactly that."""
+    from raftsched.core.errors import ConfigError, InvalidSpec
+
+    page = _read(os.path.join(ROOT, "docs", "jobs.md"))
+    specs = [{"id": "m", "schedule": {"cron": "0 3 * * *", "tz": "Mars/Base"}, "command": ["true"]},
+             {"id": "m", "schedule": {"cron": "61 * * * *"}, "command": ["true"]}]
+    for spec in specs:
+        with pytest.raises(InvalidSpec) as exc:
+            JobSpec.from_spec(spec, allowed_call_prefixes=())
+        assert _quoted(page, str(exc.value)), str(exc.value)
+    from raftsched.core.cmdbase import PAST_AT_VERSION
+    from raftsched.core.jobs import late_at
+
+    past = JobSpec.from_spec({"id": "m", "schedule": {"at": "2026-12-01T00:00:00Z"},
+                              "command": ["true"]}, allowed_call_prefixes=())
+    with pytest.raises(InvalidSpec) as exc:
+        late_at(past, None, past.schedule.at_ms + 5 * 60_000, PAST_AT_VERSION)  # type: ignore[union-attr]
+    assert _quoted(page, str(exc.value)), str(exc.value)
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('[cluster]\ndata_dir = "d"\n[[nodes]]\nid = "n1"\nraft = "127.0.0.1:7001"\n'
+                   'api = "127.0.0.1:7101"\nwrkers = 4\n')
+    with pytest.raises(ConfigError) as cexc:
+        load_config(str(cfg))
+    assert _quoted(_read(os.path.join(ROOT, "docs", "configuration.md")), str(cexc.value))
 
 
 def test_install_snippets_are_what_ci_runs() -> None:
@@ -154,6 +275,10 @@ def test_install_snippets_are_what_ci_runs() -> None:
     assert run_cmd.split(" && ") == [
         "python3 -m venv .venv", ".venv/bin/pip install -q -c constraints.txt -e .",
         ".venv/bin/raftsched node"]
+    # The docs site is built strictly, with the pinned docs extra, before the tests.
+    assert '-m pip install -q -c constraints.txt -e ".[docs]"' in ci
+    assert re.search(r'^(?:NO_MKDOCS_2_WARNING=1 )?"\$VENV/bin/python" -m mkdocs build --strict '
+                     r'.*--site-dir ', ci, re.M)
 
 
 def test_backup_recipe_is_what_test_backup_runs() -> None:
@@ -195,6 +320,15 @@ def test_membership_recipe_is_what_test_membership_runs() -> None:
         exercised = f.read()
     for call in ("join=True", "cl.add_node(", "cl.remove_node(", '["membership"]'):
         assert call in exercised
+
+
+def test_configuration_page_shows_the_example_config() -> None:
+    """The configuration page includes cluster.example.toml whole (the site build fails
+    on a missing file), and that file is a valid config."""
+    text = block("toml", '--8<-- "cluster.example.toml"').text
+    assert text.strip() == '--8<-- "cluster.example.toml"'
+    cfg = load_config(os.path.join(ROOT, "cluster.example.toml"))
+    assert [n.id for n in cfg.nodes] == ["n1", "n2", "n3"]
 
 
 def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
@@ -298,7 +432,7 @@ def _tour_samples() -> dict[str, list[str]]:
 def _tour_snippets() -> dict[str, object]:
     install = block("bash", "python3 -m venv .venv && .venv/bin/pip install -q -c "
                             "constraints.txt -e . &&").text.strip()
-    node_cmd = install.split(" && ")[-1].replace(".venv/bin/", "")
+    node_cmd = install.split(" && ")[-1]  # .venv/bin/raftsched node, as written
     return {"node_cmd": node_cmd, "tour": block("bash", "cat > hello.toml <<'EOF'").text,
             "samples": list(_tour_samples())}
 
@@ -310,7 +444,7 @@ def _hello_toml() -> str:
 
 def _local_snippets() -> dict[str, object]:
     return {"hello_toml": _hello_toml(),  # the tour wrote it; the local block puts it
-            "local": block("bash", "raftsched local --nodes 3").text,
+            "local": block("bash", ".venv/bin/raftsched local --nodes 3").text,
             "client": block("python", "client = raftsched.Client(").text}
 
 
@@ -324,7 +458,7 @@ def _http_samples() -> dict[str, list[str]]:
 
 def _http_snippets() -> dict[str, object]:
     return {"hello_toml": _hello_toml(),
-            "local_line": block("bash", "raftsched local --nodes 3").text.splitlines()[0],
+            "local_line": block("bash", ".venv/bin/raftsched local --nodes 3").text.splitlines()[0],
             "http": block("bash", "raftsched http-token --url").text,
             "preview": block("bash", "cat > nightly.toml <<'EOF'").text,
             "samples": list(_http_samples())}
@@ -486,3 +620,117 @@ def test_example_apps(tmp_path) -> None:
         m = shape.search(result[name]["out"])
         assert m and int(m.group(1)) >= 5 and int(m.group(2)) <= retries \
             and int(m.group(3)) in members, result[name]
+
+
+#: Stands in for systemctl in the rolling-restart recipe: it asks the test (which owns
+#: the node processes) to stop or start the unit's node, and waits until it has.
+_SYSTEMCTL = """#!/usr/bin/env bash
+set -eu
+req="$SYSTEMCTL_REQUESTS/$(date +%s%N).req"
+printf '%s %s\\n' "$1" "$2" >"$req.tmp" && mv "$req.tmp" "$req"
+while [ ! -e "$req.done" ]; do sleep 0.1; done
+"""
+
+
+def test_rolling_restart_recipe(cluster_factory, tmp_path) -> None:
+    """The rolling-restart block of docs/operations.md, as written, on a 3-node cluster
+    under every-second jobs, restarting its leader (``node=`` and the addresses filled
+    in; ``sudo systemctl stop|start raftsched@ID`` is a SIGTERM of the node and a start of
+    the same node, done here): leadership has left the node and it holds no run when it
+    is stopped, it stops cleanly, comes back drained, is undrained, and no fire time is
+    lost or run twice."""
+    c = cluster_factory(3, secret="readme-rolling-restart")
+    c.start_all()
+    node = c.wait_leader()
+    ran = str(tmp_path / "ran.jsonl")
+    with c.client() as cl:
+        for i in range(4):
+            # overlap = allow: a run slowed by a busy machine past the next fire time
+            # must not turn that fire into an overlap skip (not what this tests).
+            cl.put_job({"id": f"r{i}", "schedule": {"every": "1s"}, "overlap": "allow",
+                        "command": witness_command(ran, 0.2)})
+    wait_until(lambda: len(json_lines(ran)) >= 8, 30, "runs before the restart")
+    text = block("bash", "export RAFTSCHED_ADDR=10.0.0.1:7101").text
+    addrs = "10.0.0.1:7101,10.0.0.2:7101,10.0.0.3:7101"
+    assert addrs in text and "\nnode=n1\n" in text
+    text = text.replace(addrs, ",".join(c.api[n] for n in c.ids)).replace(
+        "\nnode=n1\n", f"\nnode={node}\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "systemctl").write_text(_SYSTEMCTL)
+    (fake / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    bindir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=os.pathsep.join([str(fake), bindir, os.environ.get("PATH", "")]),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               RAFTSCHED_SECRET=c.secret, SYSTEMCTL_REQUESTS=str(requests))
+    env.pop("RAFTSCHED_TLS_CA", None)
+    t_begin = time.time()
+    script = subprocess.Popen(["bash", "-euo", "pipefail", "-c", text], cwd=str(tmp_path),
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True)
+    others = [n for n in c.ids if n != node]
+    done: list[str] = []
+    try:
+        deadline = time.monotonic() + 150
+        while script.poll() is None and time.monotonic() < deadline:
+            for req in sorted(requests.glob("*.req")):
+                if (requests / (req.name + ".done")).exists():
+                    continue
+                action, unit = req.read_text().split()
+                assert unit == f"raftsched@{node}", unit
+                if action == "stop":
+                    st = c.status(others[0])
+                    me = next(n for n in st["nodes"] if n["node_id"] == node)
+                    assert st["leader"] in others, st["leader"]
+                    assert me["draining"] is True and not me["inflight"], me
+                    c.signal(node, signal.SIGTERM)
+                    assert c.procs[node].wait(60) == 0
+                else:
+                    assert action == "start", action
+                    c.start(node)
+                done.append(action)
+                (requests / (req.name + ".done")).touch()
+            time.sleep(0.1)
+        out = script.communicate(timeout=10)[0] if script.poll() is not None else ""
+    finally:
+        if script.poll() is None:
+            os.killpg(script.pid, signal.SIGKILL)
+            script.wait(10)
+    assert script.returncode == 0, out
+    assert done == ["stop", "start"], (done, out)
+    assert out.splitlines()[0] == f"draining {node}" and out.splitlines()[-1] == \
+        f"undrained {node}", out
+    t_end = time.time() + 1.0
+    with c.client() as cl:
+        st = cl.status()
+        assert st["health"] == "ok", st["summary"]
+        me = next(n for n in st["nodes"] if n["node_id"] == node)
+        assert me["draining"] is False and me["alive"], me
+    events = [e.get("event") for e in c.events(node)]
+    assert "node.stopped" in events and "leader.transferred" in events, events[-20:]
+
+    def not_once() -> list:
+        with c.client() as cl:
+            runs = {j: cl.runs(j, limit=1000)["runs"] for j in (f"r{i}" for i in range(4))}
+        bad = []
+        for job, rs in runs.items():
+            by_time = outcomes_by_fire_time(rs)
+            for t in range(int(t_begin) * 1000 + 1000, int(t_end) * 1000, 1000):
+                outcomes = by_time.get(t, [])
+                if outcomes != ["succeeded:exit 0"] and not (
+                        len(outcomes) == 1 and outcomes[0].startswith("started")):
+                    bad.append((job, t, outcomes))
+        return bad
+
+    deadline = time.monotonic() + 40
+    while (bad := not_once()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    executed: dict[str, int] = {}
+    for rec in json_lines(ran):
+        executed[rec["RUN_ID"]] = executed.get(rec["RUN_ID"], 0) + 1
+    assert not {r: n for r, n in executed.items() if n > 1}, "runs executed twice"
+    assert not bad, f"fire times not run exactly once: {bad[:10]}"

@@ -182,8 +182,8 @@ def _state_fence(t: Any) -> tuple[Any, Any]:
 #: A frozen node's guard kills its old jobs at its first look after the thaw (it polls
 #: every 50 ms): an old execution still running beside the new attempt longer than this
 #: after the thaw is not the freeze window but a guard that failed, and stays an
-#: ``overlapping_attempts`` finding. README reports at most 8 ms measured over 2,000
-#: faults; the margin is for a loaded 2-core machine, which delays the guard's look.
+#: ``overlapping_attempts`` finding. docs/concepts.md reports at most 10 ms, measured over
+#: thousands of faults; the margin is for a loaded 2-core machine, which delays the guard's look.
 FREEZE_WINDOW_BOUND_S = 0.25
 #: The resolution of a witness's fork time (/proc counts clock ticks of 10 ms).
 FORK_TICK_S = 0.02
