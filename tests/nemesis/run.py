@@ -284,6 +284,12 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         "strict": list(STRICT),
         "strict_violations": {c: by_class[c] for c in STRICT if by_class.get(c)},
         "unavailability": checker.summarize_windows(windows),
+        # Windows of a majority killed on purpose, counted from its heal (the restart),
+        # apart from every other window (elections under partitions, pauses, kills).
+        "unavailability_by_cause": {
+            cause: checker.summarize_windows(ws) for cause, ws in
+            checker.attribute_unavailability(
+                windows, [(f.kind, f.start, f.healed) for f in nem.log]).items()},
         "unavailability_windows": [(round(s - t0, 1), round(w, 2)) for s, w in windows],
         "outcomes": dict(outcomes.most_common()),
         "freeze_window_after_thaw_s": checker.summarize_windows(
@@ -347,6 +353,9 @@ def markdown(report: dict[str, Any]) -> str:
         f" reads {r['reads']}",
         f"- unavailability (no node answering `status` as leader with a quorum for > 1 s): "
         f"{u['count']} windows, p50 {u['p50_s']} s, max {u['max_s']} s, total {u['total_s']} s",
+        f"- of which with a majority killed on purpose (restart_all, power_cut), counted from "
+        f"the heal: {r.get('unavailability_by_cause', {}).get('majority_down')}; all other "
+        f"windows: {r.get('unavailability_by_cause', {}).get('other')}",
         f"- overlaps after a whole-node freeze (`freeze_window`): how long the old execution "
         f"still ran after the thaw: {r['freeze_window_after_thaw_s']}",
         f"- guard kills within 300 ms of the run's start: "
