@@ -237,6 +237,11 @@ class ClusterState:
                   ) -> list[dict[str, Any]]:
         """Newest first: the job's active runs, then its history; with ``before_ms``
         only runs scheduled before it (the next page after a page's last run)."""
+        return [r.view() for r in self.run_records(job_id, limit, before_ms)]
+
+    def run_records(self, job_id: str, limit: int, before_ms: int | None = None
+                    ) -> list[RunRecord]:
+        """The records :meth:`run_views` shows (live objects: view them under the lock)."""
         rec = self.jobs.get(job_id)
         if rec is None:
             raise UnknownJob(job_id)
@@ -244,7 +249,7 @@ class ClusterState:
         runs.extend(reversed(self.history.get(job_id, ())))
         if before_ms is not None:
             runs = [r for r in runs if r.scheduled_ms < before_ms]
-        return [r.view() for r in runs[:limit]]
+        return runs[:limit]
 
     def due_jobs(self, until_ms: int, limit: int,
                  skip: Collection[str] = ()) -> list[JobRecord]:

@@ -9,6 +9,7 @@ elections). The node's router (node.py) dispatches to them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from raftsched.core.commands import (
 from raftsched.core.errors import InvalidArgument, InvalidSpec, LimitExceeded, UnknownJob
 from raftsched.core.jobs import late_at
 from raftsched.core.model import JobSpec
+from raftsched.core.records import RunRecord
 from raftsched.core.state import MAX_PUT_BATCH, ClusterState
 from raftsched.core.trigger import Schedule, count_fires
 from raftsched.node import notifier, preview
@@ -97,6 +99,18 @@ def _paused_mark(st: ClusterState, job_id: str) -> tuple[Schedule, int] | None:
     """A paused job's schedule and high-water mark (what resume's count needs)."""
     rec = st.jobs.get(job_id)
     return None if rec is None or not rec.spec.paused else (rec.spec.schedule, rec.hwm_ms)
+
+
+#: Views built per hold of the state lock (a job's or a run's, a few µs each).
+READ_CHUNK = 500
+
+
+def _job_views(ids: list[str], st: ClusterState) -> list[dict[str, Any]]:
+    return [st.jobs[j].to_dict() for j in ids if j in st.jobs]
+
+
+def _run_views(records: list[RunRecord], st: ClusterState) -> list[dict[str, Any]]:
+    return notifier.with_status(st, [r.view() for r in records])
 
 
 class JobOps:
@@ -250,7 +264,11 @@ class JobOps:
         ids = self.raft.read(lambda st: list(st.jobs))
         ids = sorted(j for j in ids if j.startswith(prefix))
         page = ids[:limit]
-        out = self.raft.read(lambda st: [st.jobs[j].to_dict() for j in page if j in st.jobs])
+        out: list[dict[str, Any]] = []
+        for k in range(0, len(page), READ_CHUNK):
+            # A chunk per hold: a page of 100,000 views under one hold would stop the Raft
+            # thread for most of a second. Each view is its job as of its own hold.
+            out += self.raft.read(functools.partial(_job_views, page[k:k + READ_CHUNK]))
         reply = {"jobs": out, "total": len(ids)}
         return dict(reply, stale=True) if stale else reply
 
@@ -297,8 +315,13 @@ class JobOps:
             raise InvalidArgument("before", "must be a scheduled time in epoch ms (a page's "
                                             "last scheduled_ms)")
         stale = await self.caught_up(args, cost=limit)
-        reply = {"job": job_id, "runs": self.raft.read(
-            lambda st: notifier.with_status(st, st.run_views(job_id, limit, before)))}
+        # Which runs, in one hold (references, no views yet); their views a chunk per
+        # hold, so the work under the lock is bounded by size, not by the page asked for.
+        records = self.raft.read(lambda st: st.run_records(job_id, limit, before))
+        views: list[dict[str, Any]] = []
+        for k in range(0, len(records), READ_CHUNK):
+            views += self.raft.read(functools.partial(_run_views, records[k:k + READ_CHUNK]))
+        reply = {"job": job_id, "runs": views}
         return dict(reply, stale=True) if stale else reply
 
     async def next_fires(self, args: dict[str, Any]) -> Any:
