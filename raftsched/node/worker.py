@@ -40,6 +40,7 @@ from raftsched.node.workercommits import (
 )
 
 if TYPE_CHECKING:
+    from raftsched.core.model import JobSpec
     from raftsched.core.state import ClusterState
     from raftsched.node.guard import Guard
     from raftsched.node.raft import RaftNode
@@ -365,6 +366,9 @@ class WorkerPool(WorkerCommits):
             return
         # A command refused whole (ok false) started none of them: each is a refusal.
         results = reply.get("results", []) if reply.get("ok") else [None] * len(batch)
+        # Their specs in one hold of the state lock, not one per run.
+        specs = self.raft.read(functools.partial(
+            _specs, {loc.job_id for loc in batch}))
         for loc, res in zip(batch, results, strict=False):
             accepted = bool(res and res[0])
             if not accepted:
@@ -374,7 +378,7 @@ class WorkerPool(WorkerCommits):
                 # The refusal itself is logged once, as run.start_rejected, by the node.
                 self.counters.rejected += 1
                 continue
-            self._launch(loc)
+            self._launch(loc, specs.get(loc.job_id))
         self._wake.set()
 
     def _forget(self, loc: _Local) -> None:
@@ -387,9 +391,7 @@ class WorkerPool(WorkerCommits):
         """A retried start whose first try did commit is refused the second time."""
         return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
 
-    def _launch(self, loc: _Local) -> None:
-        spec = self.raft.read(lambda st: st.jobs[loc.job_id].spec if loc.job_id in st.jobs
-                              else None)
+    def _launch(self, loc: _Local, spec: JobSpec | None) -> None:
         if spec is None:
             self._forget(loc)
             return
@@ -425,9 +427,12 @@ class WorkerPool(WorkerCommits):
         if len(group) >= QUIET_GROUP:
             # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
             self._quiet_at = max(self._quiet_at, at_ms)
+        # Which of them are still ours to spawn, in one hold of the state lock for the
+        # whole instant (see _may_spawn), not one per run.
+        held = self._held_started(group)
         for loc in group:
             try:
-                self._begin(loc)
+                self._begin(loc, held, known=True)
             except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
                 log.exception("run %s could not begin", loc.run_id)
                 if self.local.get(loc.run_id) is loc and loc.phase != "finishing":
@@ -435,6 +440,15 @@ class WorkerPool(WorkerCommits):
                     self._finish(loc, ExecutionResult(
                         outcome="failed", exit_code=None, tail="",
                         reason=f"could not begin: {type(exc).__name__}"[:200]))
+
+    def _held_started(self, group: list[_Local] | tuple[()]) -> frozenset[str] | None:
+        """The run ids of ``group`` still started on this node under their fences (one
+        read); None without a fresh lease (see :meth:`_may_spawn`)."""
+        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+            return None
+        if not group:
+            return frozenset()
+        return self.raft.read(functools.partial(_all_held, list(group), self.node_id))
 
     def _may_spawn(self, loc: _Local) -> bool | None:
         """May this run's process start now? True: yes. None: not yet (no fresh lease).
@@ -465,7 +479,10 @@ class WorkerPool(WorkerCommits):
             return
         self._begin(loc)
 
-    def _begin(self, loc: _Local) -> None:
+    def _begin(self, loc: _Local, held: frozenset[str] | None = None, *,
+               known: bool = False) -> None:
+        """Spawn ``loc`` if it may; ``known``: ``held`` is :meth:`_held_started` of its
+        instant, read for the whole group (else it is read for this run alone)."""
         assert loc.execution is not None
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster while waiting: it never ran
@@ -474,7 +491,10 @@ class WorkerPool(WorkerCommits):
             self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
-        may = self._may_spawn(loc)
+        if not known:
+            may = self._may_spawn(loc)
+        else:
+            may = None if held is None else loc.run_id in held
         if may is None:
             asyncio.get_running_loop().call_later(LEASE_RECHECK_S, self._await_lease, loc)
             return
@@ -503,6 +523,17 @@ class WorkerPool(WorkerCommits):
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = "finishing"
         self._finish(loc, result)
+
+
+def _specs(job_ids: set[str], st: ClusterState) -> dict[str, JobSpec]:
+    """The specs of ``job_ids`` that still exist."""
+    jobs = st.jobs
+    return {j: jobs[j].spec for j in job_ids if j in jobs}
+
+
+def _all_held(group: list[_Local], node_id: str, st: ClusterState) -> frozenset[str]:
+    """The run ids of ``group`` started on ``node_id`` under their fences."""
+    return frozenset(loc.run_id for loc in group if _holds_started(loc, node_id, st))
 
 
 def _holds_started(loc: _Local, node_id: str, st: ClusterState) -> bool:

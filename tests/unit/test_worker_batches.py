@@ -216,7 +216,8 @@ def test_a_wall_clock_stepped_back_does_not_hold_a_committed_start_for_the_step(
         pool = WorkerPool(node_id="n1", raft=FakeRaft(), slots=4,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
                           prestart_ms=200)
-        monkeypatch.setattr(pool, "_begin", lambda loc: begun.append(loc))
+        monkeypatch.setattr(pool, "_held_started", lambda group: frozenset())
+        monkeypatch.setattr(pool, "_begin", lambda loc, *_, **__: begun.append(loc))
         at = 1_000_000_000
         for label, now in (("slightly early", at - 150), ("stepped back", at - 3_600_000)):
             pool._at[at] = [label]  # type: ignore[list-item]
