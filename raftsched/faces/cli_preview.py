@@ -22,7 +22,9 @@ def format_next(result: dict[str, Any]) -> str:
     tz = str(result.get("tz") or "UTC")
     fires = result.get("fires") or []
     if not fires:
-        return head + "\n(no further fire times)"
+        end = result.get("end")
+        return head + ("\n(no further fire times)" if not end
+                       else f"\n(no further fire times up to its end, {end})")
     rows = [[str(i), f"{f['local']} {f.get('weekday', '')}".rstrip(), f["utc"],
              f"DST day ({f['dst_change']})" if f.get("dst_change") else "-"]
             for i, f in enumerate(fires, 1)]

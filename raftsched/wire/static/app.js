@@ -211,10 +211,11 @@ async function renderJobs(list, now) {
     const p = previews[i];
     const last = j.last || null;
     const later = p && !j.paused ? p.fires.filter((f) => f.at_ms > (j.next_ms || 0)).slice(0, 2) : [];
-    return el("tr", { "data-job": j.id, class: j.paused ? "paused" : "" },
+    return el("tr", { "data-job": j.id, class: j.done ? "done" : j.paused ? "paused" : "" },
       el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
       el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) }, p ? p.description : JSON.stringify(j.spec.schedule)),
-      el("td", {}, el("div", { class: "next" }, j.paused ? "paused" : `${iso(j.next_ms)} (${rel(j.next_ms, now)})`),
+      // done: nothing will fire again (a one-shot that ran, a job past its end).
+      el("td", {}, el("div", { class: "next" }, j.done ? "done" : j.paused ? "paused" : `${iso(j.next_ms)} (${rel(j.next_ms, now)})`),
         ...later.map((f) => el("div", { class: `later${f.dst_change ? " dst" : ""}` },
           `then ${f.local}${f.dst_change ? ` (DST day ${f.dst_change})` : ""}`))),
       el("td", { class: "last" }, last ? el("span", { class: `st ${last.state}`, title: last.reason || "" }, last.state) : "-"),
@@ -246,7 +247,8 @@ async function refreshJob(id) {
 function renderJob(job, next, runs) {
   $("job-title").textContent = job.id + (job.paused ? " (paused)" : "");
   $("job-title").dataset.paused = job.paused ? "yes" : "no";
-  $("job-desc").textContent = `${next.description}; version ${job.version}; last: ${job.last ? job.last.state : "-"}`;
+  $("job-desc").textContent = `${next.description}; ${job.done ? "done; " : ""}version ${job.version}; last: ${job.last ? job.last.state : "-"}`;
+  $("job-title").dataset.done = job.done ? "yes" : "no";
   const reload = () => refreshJob(job.id);
   const act = (op) => async () => {
     try {
