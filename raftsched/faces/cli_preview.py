@@ -107,7 +107,8 @@ def _cmd_http_token(args: argparse.Namespace) -> int:
             raise ConfigError("http", f"node {status.get('node')} serves no HTTP: set "
                                       "`http = \"host:port\"` in its [[nodes]] entry")
         # The token rides in the fragment: a browser never sends it to a server or a log.
-        sys.stdout.write(f"http://{http}/#token={tok}\n")
+        scheme = status.get("http_scheme") or "http"
+        sys.stdout.write(f"{scheme}://{http}/#token={tok}\n")
     else:
         sys.stdout.write(tok + "\n")
     return 0

@@ -177,7 +177,7 @@ function renderStatus(st) {
     el("td", {}, n.inflight ?? "-"),
     el("td", { class: Math.abs(n.skew_ms || 0) > 1000 ? "warn" : "" }, n.skew_ms == null ? "-" : `${n.skew_ms} ms`),
     el("td", {}, n.last_seen_ms == null ? "-" : rel(n.last_seen_ms, st.now_ms)),
-    el("td", {}, http[n.node_id] ? el("a", { href: `http://${http[n.node_id]}/` }, http[n.node_id]) : "-")));
+    el("td", {}, http[n.node_id] ? el("a", { href: `${st.http_scheme || "http"}://${http[n.node_id]}/` }, http[n.node_id]) : "-")));
   $("members").tBodies[0].replaceChildren(...rows);
 }
 
