@@ -13,20 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftsched.core.cron import MAX_MS as _MAX_MS
-from raftsched.core.cron import MIN_MS as _MIN_MS
-from raftsched.core.durations import (
-    format_duration,
-    format_timestamp,
-    parse_duration,
-    parse_timestamp,
-)
+from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
 from raftsched.core.notify import NotifySpec
 from raftsched.core.trigger import (
-    AtSchedule,
     Schedule,
-    bounded,
+    bounds_from_spec,
     bounds_to_spec,
     schedule_from_spec,
 )
@@ -239,7 +231,7 @@ class JobSpec:
         job_id = _req(spec, "id")
         if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
             raise InvalidSpec("id", "must match [A-Za-z0-9_.-]{1,128}")
-        schedule = _bounds(spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
+        schedule = bounds_from_spec(spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
         command = _command(spec.get("command"))
         call = _call(spec.get("call"), allowed_call_prefixes)
         if (command is None) == (call is None):
@@ -311,40 +303,6 @@ def _req(spec: dict[str, Any], key: str) -> Any:
     if key not in spec:
         raise InvalidSpec(key, "is required")
     return spec[key]
-
-
-def _bound(spec: dict[str, Any], key: str) -> int | None:
-    if key not in spec:
-        return None
-    value = spec[key]
-    if value is None:
-        # Refused, not read as absent: a spec holding the key always sets the bound
-        # (a command carrying one is of the version that knows them).
-        raise InvalidSpec(key, 'must be an RFC 3339 timestamp like "2026-12-01T00:00:00Z" '
-                               "(leave the key out for no bound)")
-    ms = parse_timestamp(value, key)
-    if not _MIN_MS <= ms <= _MAX_MS:
-        raise InvalidSpec(key, f"is out of the supported range: {value!r}")
-    return ms
-
-
-def _bounds(spec: dict[str, Any], schedule: Schedule) -> Schedule:
-    """``schedule`` bounded by the spec's ``start`` and ``end`` (both inclusive)."""
-    start, end = _bound(spec, "start"), _bound(spec, "end")
-    if start is None and end is None:
-        return schedule
-    if start is not None and end is not None and end <= start:
-        raise InvalidSpec("end", f"must be after start ({format_timestamp(start)}), "
-                                 f"got {format_timestamp(end)}")
-    if isinstance(schedule, AtSchedule):
-        # A one-shot outside its own bounds could never fire: surely a mistake.
-        at = format_timestamp(schedule.at_ms)
-        if start is not None and schedule.at_ms < start:
-            raise InvalidSpec("start", f"is after schedule.at ({at}): the job would never "
-                                       "fire")
-        if end is not None and schedule.at_ms > end:
-            raise InvalidSpec("end", f"is before schedule.at ({at}): the job would never fire")
-    return bounded(schedule, start, end)
 
 
 def _bool(spec: dict[str, Any], key: str, default: bool) -> bool:

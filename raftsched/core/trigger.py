@@ -40,9 +40,10 @@ from raftsched.core.durations import (
 from raftsched.core.errors import InvalidSpec, unknown_hint
 
 __all__ = ["MAX_CRON_CHARS", "MAX_EVERY_MS", "MIN_EVERY_MS", "AtSchedule", "CronSchedule",
-           "EverySchedule", "Schedule", "ScheduleKind", "bounded", "bounds_to_spec",
-           "count_fires", "fire_times", "jitter_ms", "latest_fire_at_or_before", "next_fire",
-           "schedule_from_row", "schedule_from_spec", "schedule_to_row", "schedule_tz"]
+           "EverySchedule", "Schedule", "ScheduleKind", "bounded", "bounds_from_spec",
+           "bounds_to_spec", "count_fires", "fire_times", "jitter_ms",
+           "latest_fire_at_or_before", "next_fire", "schedule_from_row", "schedule_from_spec",
+           "schedule_to_row", "schedule_tz"]
 
 MIN_EVERY_MS = 1_000
 MAX_EVERY_MS = 366 * 86_400_000
@@ -257,6 +258,41 @@ def bounded(schedule: Schedule, start_ms: int | None, end_ms: int | None) -> Sch
     if schedule.start_ms == start_ms and schedule.end_ms == end_ms:
         return schedule
     return replace(schedule, start_ms=start_ms, end_ms=end_ms)
+
+
+def bounds_from_spec(spec: Mapping[str, Any], schedule: Schedule) -> Schedule:
+    """``schedule`` bounded by a job spec's ``start`` and ``end`` keys (both optional,
+    both inclusive); errors name ``start`` or ``end``."""
+    start, end = _bound(spec, "start"), _bound(spec, "end")
+    if start is None and end is None:
+        return schedule
+    if start is not None and end is not None and end <= start:
+        raise InvalidSpec("end", f"must be after start ({format_timestamp(start)}), "
+                                 f"got {format_timestamp(end)}")
+    if isinstance(schedule, AtSchedule):
+        # A one-shot outside its own bounds could never fire: surely a mistake.
+        at = format_timestamp(schedule.at_ms)
+        if start is not None and schedule.at_ms < start:
+            raise InvalidSpec("start", f"is after schedule.at ({at}): the job would never "
+                                       "fire")
+        if end is not None and schedule.at_ms > end:
+            raise InvalidSpec("end", f"is before schedule.at ({at}): the job would never fire")
+    return bounded(schedule, start, end)
+
+
+def _bound(spec: Mapping[str, Any], key: str) -> int | None:
+    if key not in spec:
+        return None
+    value = spec[key]
+    if value is None:
+        # Refused, not read as absent: a spec holding the key always sets the bound
+        # (a command carrying one is of the version that knows them).
+        raise InvalidSpec(key, 'must be an RFC 3339 timestamp like "2026-12-01T00:00:00Z" '
+                               "(leave the key out for no bound)")
+    ms = parse_timestamp(value, key)
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise InvalidSpec(key, f"is out of the supported range: {value!r}")
+    return ms
 
 
 def bounds_to_spec(schedule: Schedule) -> dict[str, str]:
