@@ -86,6 +86,20 @@ def test_bounds_round_trip_and_a_spec_without_them_is_written_as_before() -> Non
     assert only_end.schedule.start_ms is None and "start" not in only_end.to_spec()
 
 
+def test_job_export_writes_the_bounds_after_the_schedule_and_reads_back_equal() -> None:
+    import tomllib
+
+    from raftsched.faces.cli_apply import exported, toml_job
+
+    spec = JobSpec.from_spec(dict(BASE, start="2026-01-01T00:00:00Z",
+                                  end="2026-02-01T00:00:00Z"))
+    text = toml_job(exported(spec.to_spec()))
+    assert text.splitlines()[1:4] == ['schedule = { every = "10s" }',
+                                      'start = "2026-01-01T00:00:00Z"',
+                                      'end = "2026-02-01T00:00:00Z"'], text
+    assert JobSpec.from_spec(tomllib.loads(text)) == spec
+
+
 @pytest.mark.parametrize(("extra", "field", "words"), [
     ({"start": "tomorrow"}, "start", "RFC 3339"),
     ({"end": "2026-01-01T00:00:00"}, "end", "explicit UTC offset"),
