@@ -26,8 +26,14 @@ REFUSAL_REMEMBERED_VERSION = 2
 #: ``if_done``. Written only by the commands that need it (:meth:`Command.written`), so
 #: an older node meets v3 only then — and stops saying so, never misreads it.
 PAST_AT_VERSION = 3
+#: 4: a put's specs may carry ``start``/``end`` (bounds on the schedule). A release that
+#: knows only v3 refused those keys as unknown fields, so it must stop on such a command,
+#: not refuse it where the others accept it; and a v1..v3 command holding them (sent to
+#: an older release, which refused it) is refused on replay too. Written only by the
+#: commands that carry bounds (:meth:`Command.written`).
+BOUNDS_VERSION = 4
 #: Versions this code applies (older ones with the semantics they were written with).
-COMMAND_VERSIONS = frozenset({1, 2, 3})
+COMMAND_VERSIONS = frozenset({1, 2, 3, 4})
 #: Items per batched command (plan, start, finish).
 MAX_BATCH = 20000
 #: Specs per put_jobs command: applying one costs ~45 us per spec on every node, and an
@@ -79,11 +85,17 @@ class Command:
         version that carries its meaning (see ``PAST_AT_VERSION``)."""
         specs = getattr(self, "specs", None)
         spec = getattr(self, "spec", None)
-        if self.v < PAST_AT_VERSION and any_past_at(
-                specs if specs is not None else (spec,), self.at):
-            from dataclasses import replace
-            return replace(self, v=PAST_AT_VERSION)
-        return self
+        if specs is None:
+            specs = (spec,) if spec is not None else ()
+        v = self.v
+        if v < PAST_AT_VERSION and any_past_at(specs, self.at):
+            v = PAST_AT_VERSION
+        if v < BOUNDS_VERSION and any_bounds(specs):
+            v = BOUNDS_VERSION
+        if v == self.v:
+            return self
+        from dataclasses import replace
+        return replace(self, v=v)
 
     @classmethod
     def from_wire(cls, cmd: dict[str, Any]) -> Command:
@@ -133,6 +145,12 @@ def any_past_at(specs: Any, at: int) -> bool:
             except InvalidSpec:
                 continue
     return False
+
+
+def any_bounds(specs: Any) -> bool:
+    """Some spec has a ``start`` or an ``end`` key (see ``BOUNDS_VERSION``)."""
+    return any(isinstance(spec, dict) and ("start" in spec or "end" in spec)
+               for spec in specs or ())
 
 
 def base_fields(cmd: dict[str, Any]) -> dict[str, Any]:
@@ -212,8 +230,9 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 
 
 __all__ = [
-    "COMMAND_VERSION", "COMMAND_VERSIONS", "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH",
-    "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand", "Command",
-    "any_past_at", "base_fields", "bool_field", "client_fields", "int_field", "is_int",
-    "items_field", "job_field", "node_field", "opt_limit", "str_field", "term_field",
+    "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "MAX_AT_MS", "MAX_BATCH",
+    "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand",
+    "Command", "any_bounds", "any_past_at", "base_fields", "bool_field", "client_fields",
+    "int_field", "is_int", "items_field", "job_field", "node_field", "opt_limit", "str_field",
+    "term_field",
 ]

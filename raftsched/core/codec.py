@@ -34,14 +34,19 @@ from raftsched.core.notify import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
 from raftsched.core.records import JobRecord, NodeRecord, RunRecord
 from raftsched.core.state import ClusterState
-from raftsched.core.trigger import AtSchedule, schedule_from_row, schedule_to_row
+from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, schedule_to_row
 
 #: Version of state snapshots written by this code. Keys added to a snapshot without
 #: changing the meaning of the others keep the version (readers skip keys they do not
 #: know); a change an older reader would misread takes a new version.
-SNAPSHOT_VERSION = 1
+#: 2: a job's spec row may end in its schedule's bounds ``[start_ms, end_ms]``. Written
+#: only when some job has bounds (a state without them is written as version 1, byte for
+#: byte as before), so a release that would read the jobs unbounded stops instead.
+SNAPSHOT_VERSION = 2
+#: The version of snapshots in which no job has bounds.
+UNBOUNDED_SNAPSHOT_VERSION = 1
 #: Versions of state snapshots this code reads.
-SNAPSHOT_VERSIONS = frozenset({1})
+SNAPSHOT_VERSIONS = frozenset({1, 2})
 #: Version of API frames.
 WIRE_VERSION = 1
 FRAME_HEADER = struct.Struct(">I")
@@ -110,13 +115,18 @@ def frame_length(header: bytes, limit: int) -> int:
 # cron validation, and equal sub-records (schedules, policies) are shared in memory.
 
 def spec_to_row(spec: JobSpec) -> list[Any]:
-    return [spec.id, schedule_to_row(spec.schedule),
-            list(spec.command) if spec.command is not None else None, spec.call,
-            spec.timeout_ms, spec.overlap.value,
-            [spec.misfire.policy.value, spec.misfire.grace_ms, spec.misfire.max_catchup],
-            [spec.retries.max, spec.retries.backoff_ms, spec.retries.backoff_max_ms],
-            spec.on_node_lost.value, list(spec.tags), spec.jitter_ms, spec.paused,
-            dict(spec.env)]
+    sched = spec.schedule
+    row = [spec.id, schedule_to_row(sched),
+           list(spec.command) if spec.command is not None else None, spec.call,
+           spec.timeout_ms, spec.overlap.value,
+           [spec.misfire.policy.value, spec.misfire.grace_ms, spec.misfire.max_catchup],
+           [spec.retries.max, spec.retries.backoff_ms, spec.retries.backoff_max_ms],
+           spec.on_node_lost.value, list(spec.tags), spec.jitter_ms, spec.paused,
+           dict(spec.env)]
+    if sched.start_ms is not None or sched.end_ms is not None:
+        # Only then (snapshot version 2): an unbounded job's row is the 13 values it was.
+        row.append([sched.start_ms, sched.end_ms])
+    return row
 
 
 class _Interner:
@@ -157,8 +167,13 @@ _LOST = {m.value: m for m in OnNodeLost}
 def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
     it = intern or _Interner()
     (job_id, sch, command, call, timeout, overlap, mis, ret, lost, tags, jitter, paused,
-     env) = row
-    schedule = it.get(("s", *sch), lambda: schedule_from_row(sch))
+     env) = row[:13]
+    if len(row) > 13:
+        start, end = row[13]
+        schedule = it.get(("s", *sch, start, end),
+                          lambda: bounded(schedule_from_row(sch), start, end))
+    else:
+        schedule = it.get(("s", *sch), lambda: schedule_from_row(sch))
     misfire = it.get(("m", *mis), lambda: MisfireSpec(
         policy=MisfirePolicy(mis[0]), grace_ms=mis[1], max_catchup=mis[2]))
     retries = it.get(("r", *ret), lambda: RetrySpec(max=ret[0], backoff_ms=ret[1],
@@ -199,12 +214,15 @@ def _encode_state(st: ClusterState) -> bytes:
     jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
              list(r.active), list(r.last) if r.last else None]
             for _, r in sorted(st.jobs.items())]
+    version = SNAPSHOT_VERSION if any(
+        r.spec.schedule.start_ms is not None or r.spec.schedule.end_ms is not None
+        for r in st.jobs.values()) else UNBOUNDED_SNAPSHOT_VERSION
     runs = [r.to_row() for _, r in sorted(st.runs.items())]
     history = [[job_id, [r.to_row() for r in hist]]
                for job_id, hist in sorted(st.history.items()) if hist]
     nodes = [n.to_row() for _, n in sorted(st.nodes.items())]
     return packb({
-        "v": SNAPSHOT_VERSION,
+        "v": version,
         "fence": st.fence,
         "applied": st.applied,
         "history_limit": st.history_limit,
@@ -241,6 +259,20 @@ def _notify_restore(st: ClusterState, data: Any) -> None:
         rec = st.jobs.get(job_id)
         if rec is not None:
             rec.spec = replace(rec.spec, notify=NotifySpec.from_spec(spec))
+
+
+def state_version(blob: bytes) -> int | None:
+    """The format version an :func:`encode_state` blob was written with (read from its
+    first entry only), or None when the blob does not start like a snapshot."""
+    up = msgpack.Unpacker(raw=False)
+    up.feed(blob[:16])
+    try:
+        if up.read_map_header() and up.unpack() == "v":
+            version = up.unpack()
+            return version if type(version) is int else None
+    except (msgpack.OutOfData, ValueError, msgpack.UnpackException):
+        pass
+    return None
 
 
 def decode_state(blob: bytes) -> ClusterState:

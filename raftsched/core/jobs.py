@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftsched.core import claims
 from raftsched.core.claims import MAX_ACTIVE_PER_JOB
+from raftsched.core.cmdbase import BOUNDS_VERSION
 from raftsched.core.commands import (
     PAST_AT_VERSION,
     DeleteJob,
@@ -24,8 +25,22 @@ from raftsched.core.commands import (
 )
 from raftsched.core.durations import format_duration
 from raftsched.core.effects import JobPaused, JobPut, JobRemoved, JobResumed
-from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError, UnknownJob
-from raftsched.core.model import JobSpec, MissReason, Overlap, RunState, run_id_of
+from raftsched.core.errors import (
+    Conflict,
+    InvalidSpec,
+    LimitExceeded,
+    RaftschedError,
+    UnknownJob,
+    unknown_hint,
+)
+from raftsched.core.model import (
+    FIELDS_BEFORE_BOUNDS,
+    JobSpec,
+    MissReason,
+    Overlap,
+    RunState,
+    run_id_of,
+)
 from raftsched.core.records import JobRecord
 from raftsched.core.specprep import CheckedSpec, checked_spec
 from raftsched.core.trigger import AtSchedule, Schedule, latest_fire_at_or_before, next_fire
@@ -215,7 +230,16 @@ def job_of(st: ClusterState, job_id: str) -> JobRecord:
 
 def late_one_shot(spec: JobSpec, rec: JobRecord | None, at: int, v: int) -> int | None:
     """The instant of a new or changed ``at`` schedule that has already passed at the
-    put (it fires at once, late), None otherwise; see :func:`late_at`."""
+    put (it fires at once, late), None otherwise; see :func:`late_at`. Every put path
+    of the state machine calls it before it changes anything, so it also refuses what
+    a command of version ``v`` may not hold: bounds before ``BOUNDS_VERSION``, refused
+    as the release that wrote such a command refused them (an unknown field)."""
+    if v < BOUNDS_VERSION:
+        sched = spec.schedule
+        # In the order that release named them (the first unknown key, sorted).
+        for key, value in (("end", sched.end_ms), ("start", sched.start_ms)):
+            if value is not None:
+                raise InvalidSpec(key, unknown_hint("unknown field", key, FIELDS_BEFORE_BOUNDS))
     return late_at(spec, None if rec is None else rec.spec.schedule, at, v)
 
 
@@ -228,7 +252,9 @@ def late_at(spec: JobSpec, stored: Schedule | None, at: int, v: int) -> int | No
     what a dry run of the put checks, so it refuses what the put would."""
     sched = spec.schedule
     if (v < PAST_AT_VERSION or not isinstance(sched, AtSchedule)
-            or sched.at_ms > at or stored == sched):
+            or sched.at_ms > at
+            # The same instant (its bounds may differ): not a new one-shot to run late.
+            or (isinstance(stored, AtSchedule) and stored.at_ms == sched.at_ms)):
         return None
     late_ms = at - sched.at_ms
     if late_ms > spec.misfire.grace_ms:

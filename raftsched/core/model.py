@@ -16,7 +16,12 @@ from typing import Any
 from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
 from raftsched.core.notify import NotifySpec
-from raftsched.core.trigger import Schedule, schedule_from_spec
+from raftsched.core.trigger import (
+    Schedule,
+    bounds_from_spec,
+    bounds_to_spec,
+    schedule_from_spec,
+)
 
 #: Job ids are used in run ids (``<job_id>@<ms>``), file names and metrics labels.
 JOB_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")
@@ -180,7 +185,8 @@ class JobSpec:
     """A validated job.
 
     :var id: the job id, ``[A-Za-z0-9_.-]{1,128}``.
-    :var schedule: when it fires (cron, every or at).
+    :var schedule: when it fires (cron, every or at), with the spec's ``start``/``end``
+        as its bounds (``schedule.start_ms``/``end_ms``): every fire time comes from it.
     :var command: the argv to execute (no shell), or ``None`` when ``call`` is set.
     :var call: ``"package.module:function"`` to call in the worker, or ``None``.
     :var timeout_ms: a run longer than this is terminated and recorded ``timed_out``.
@@ -225,7 +231,7 @@ class JobSpec:
         job_id = _req(spec, "id")
         if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
             raise InvalidSpec("id", "must match [A-Za-z0-9_.-]{1,128}")
-        schedule = schedule_from_spec(_req(spec, "schedule"), "schedule")
+        schedule = bounds_from_spec(spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
         command = _command(spec.get("command"))
         call = _call(spec.get("call"), allowed_call_prefixes)
         if (command is None) == (call is None):
@@ -250,6 +256,8 @@ class JobSpec:
     def to_spec(self) -> dict[str, Any]:
         """The normalized, msgpack-friendly dict; defaults are written out in full."""
         out: dict[str, Any] = {"id": self.id, "schedule": self.schedule.to_spec()}
+        # Only when set: a spec without bounds is written exactly as before they existed.
+        out.update(bounds_to_spec(self.schedule))
         if self.command is not None:
             out["command"] = list(self.command)
         else:
@@ -282,10 +290,13 @@ class JobSpec:
         return out
 
 
-_FIELDS = frozenset(
+#: The fields of specs before ``start``/``end`` existed (what a command of an older
+#: version was validated against: see :func:`raftsched.core.jobs.late_one_shot`).
+FIELDS_BEFORE_BOUNDS = frozenset(
     {"id", "schedule", "command", "call", "timeout", "overlap", "misfire", "retries",
      "on_node_lost", "tags", "jitter", "paused", "env", "notify"}
 )
+_FIELDS = FIELDS_BEFORE_BOUNDS | {"start", "end"}
 
 
 def _req(spec: dict[str, Any], key: str) -> Any:

@@ -6,6 +6,12 @@ A :data:`Schedule` is one of three frozen shapes, each holding only its own fiel
 drift) and :class:`AtSchedule` (one instant). Times are ``int`` epoch ms, UTC; no
 clock is read here.
 
+Every shape may carry bounds (the job spec's ``start`` and ``end``): no fire time lies
+before ``start_ms`` or after ``end_ms`` (both inclusive). The bounds are applied here,
+in the functions every fire time comes from (:func:`next_fire`, :func:`fire_times`,
+:func:`count_fires`, :func:`latest_fire_at_or_before`), so the leader's plans, the miss
+detector, resume, trigger and the previews all honour them without knowing of them.
+
 Cron: 5 fields (minute hour day-of-month month day-of-week) or 6 with SECONDS
 FIRST; numbers, ``*``, ranges (also wrapping), steps, lists, names, ``?``, ``L``
 (last day of month) and the @yearly/@annually/@monthly/@weekly/@daily/@midnight/
@@ -20,7 +26,7 @@ import enum
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeAlias
 
 from raftsched.core import cron as _cron
@@ -34,9 +40,10 @@ from raftsched.core.durations import (
 from raftsched.core.errors import InvalidSpec, unknown_hint
 
 __all__ = ["MAX_CRON_CHARS", "MAX_EVERY_MS", "MIN_EVERY_MS", "AtSchedule", "CronSchedule",
-           "EverySchedule", "Schedule", "ScheduleKind", "count_fires", "fire_times",
-           "jitter_ms", "latest_fire_at_or_before", "next_fire", "schedule_from_row",
-           "schedule_from_spec", "schedule_to_row", "schedule_tz"]
+           "EverySchedule", "Schedule", "ScheduleKind", "bounded", "bounds_from_spec",
+           "bounds_to_spec", "count_fires", "fire_times", "jitter_ms",
+           "latest_fire_at_or_before", "next_fire", "schedule_from_row", "schedule_from_spec",
+           "schedule_to_row", "schedule_tz"]
 
 MIN_EVERY_MS = 1_000
 MAX_EVERY_MS = 366 * 86_400_000
@@ -56,7 +63,31 @@ class ScheduleKind(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CronSchedule:
+class _Bounds:
+    """The bounds every schedule shape carries (the job spec's ``start``/``end``).
+
+    :var start_ms: no fire time before this instant (inclusive); None: unbounded.
+    :var end_ms: no fire time after this instant (inclusive); None: unbounded.
+    """
+
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+    def _check_bounds(self) -> None:
+        # Cheap, like the shapes' own checks: restoring a snapshot rebuilds these.
+        lo, hi = self.start_ms, self.end_ms
+        if lo is None and hi is None:
+            return
+        if not (_bound_ok(lo) and _bound_ok(hi) and (lo is None or hi is None or lo < hi)):
+            raise InvalidSpec("schedule", "start/end do not make valid bounds")
+
+
+def _bound_ok(ms: int | None) -> bool:
+    return ms is None or (type(ms) is int and _MIN_MS <= ms <= _MAX_MS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CronSchedule(_Bounds):
     """A cron expression read on the wall clock of an IANA zone. Build it from user
     input with :func:`schedule_from_spec`; direct construction (snapshot rows) checks
     the types only, not the cron text or the zone.
@@ -73,15 +104,16 @@ class CronSchedule:
         # Cheap checks only: a snapshot restore rebuilds millions of these.
         if not isinstance(self.cron, str) or not isinstance(self.tz, str):
             raise InvalidSpec("schedule", "fields do not make a valid cron schedule")
+        self._check_bounds()
 
     def to_spec(self) -> dict[str, Any]:
         """The normalized msgpack-friendly map; ``schedule_from_spec`` of it equals
-        ``self``."""
+        ``self`` without its bounds (they are the job spec's: :func:`bounds_to_spec`)."""
         return {"cron": self.cron, "tz": self.tz}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EverySchedule:
+class EverySchedule(_Bounds):
     """A fixed interval anchored at the Unix epoch: fire times are
     ``offset_ms + k * every_ms`` (no drift, the same on every replica).
 
@@ -98,6 +130,7 @@ class EverySchedule:
         if not (type(e) is int and type(o) is int and MIN_EVERY_MS <= e <= MAX_EVERY_MS
                 and 0 <= o < e):
             raise InvalidSpec("schedule", "fields do not make a valid every schedule")
+        self._check_bounds()
 
     def to_spec(self) -> dict[str, Any]:
         """The normalized msgpack-friendly map (``offset`` only when not 0)."""
@@ -108,7 +141,7 @@ class EverySchedule:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AtSchedule:
+class AtSchedule(_Bounds):
     """One instant.
 
     :var at_ms: the instant, epoch ms UTC, within the supported range of years.
@@ -120,6 +153,7 @@ class AtSchedule:
     def __post_init__(self) -> None:
         if not (type(self.at_ms) is int and _MIN_MS <= self.at_ms <= _MAX_MS):
             raise InvalidSpec("schedule", "fields do not make a valid at schedule")
+        self._check_bounds()
 
     def to_spec(self) -> dict[str, Any]:
         """The normalized msgpack-friendly map."""
@@ -219,8 +253,68 @@ _KEYS = {ScheduleKind.cron: frozenset({"cron", "tz"}),
          ScheduleKind.every: frozenset({"every", "offset"}), ScheduleKind.at: frozenset({"at"})}
 
 
+def bounded(schedule: Schedule, start_ms: int | None, end_ms: int | None) -> Schedule:
+    """``schedule`` with these bounds (the same object when they are its own)."""
+    if schedule.start_ms == start_ms and schedule.end_ms == end_ms:
+        return schedule
+    return replace(schedule, start_ms=start_ms, end_ms=end_ms)
+
+
+def bounds_from_spec(spec: Mapping[str, Any], schedule: Schedule) -> Schedule:
+    """``schedule`` bounded by a job spec's ``start`` and ``end`` keys (both optional,
+    both inclusive); errors name ``start`` or ``end``."""
+    start, end = _bound(spec, "start"), _bound(spec, "end")
+    if start is None and end is None:
+        return schedule
+    if start is not None and end is not None and end <= start:
+        raise InvalidSpec("end", f"must be after start ({format_timestamp(start)}), "
+                                 f"got {format_timestamp(end)}")
+    if isinstance(schedule, AtSchedule):
+        # A one-shot outside its own bounds could never fire: surely a mistake.
+        at = format_timestamp(schedule.at_ms)
+        if start is not None and schedule.at_ms < start:
+            raise InvalidSpec("start", f"is after schedule.at ({at}): the job would never "
+                                       "fire")
+        if end is not None and schedule.at_ms > end:
+            raise InvalidSpec("end", f"is before schedule.at ({at}): the job would never fire")
+    return bounded(schedule, start, end)
+
+
+def _bound(spec: Mapping[str, Any], key: str) -> int | None:
+    if key not in spec:
+        return None
+    value = spec[key]
+    if value is None:
+        # Refused, not read as absent: a spec holding the key always sets the bound
+        # (a command carrying one is of the version that knows them).
+        raise InvalidSpec(key, 'must be an RFC 3339 timestamp like "2026-12-01T00:00:00Z" '
+                               "(leave the key out for no bound)")
+    ms = parse_timestamp(value, key)
+    if not _MIN_MS <= ms <= _MAX_MS:
+        raise InvalidSpec(key, f"is out of the supported range: {value!r}")
+    return ms
+
+
+def bounds_to_spec(schedule: Schedule) -> dict[str, str]:
+    """The job spec's ``start``/``end`` keys of the schedule's bounds (those set)."""
+    out: dict[str, str] = {}
+    if schedule.start_ms is not None:
+        out["start"] = format_timestamp(schedule.start_ms)
+    if schedule.end_ms is not None:
+        out["end"] = format_timestamp(schedule.end_ms)
+    return out
+
+
 def next_fire(schedule: Schedule, after_ms: int) -> int | None:
     """The smallest fire time strictly greater than ``after_ms``, or ``None``."""
+    start, end = schedule.start_ms, schedule.end_ms
+    if start is not None and after_ms < start:
+        after_ms = start - 1
+    t = _next_unbounded(schedule, after_ms)
+    return t if end is None or t is None or t <= end else None
+
+
+def _next_unbounded(schedule: Schedule, after_ms: int) -> int | None:
     if isinstance(schedule, EverySchedule):
         every, offset = schedule.every_ms, schedule.offset_ms
         return offset + ((after_ms - offset) // every + 1) * every
@@ -252,6 +346,7 @@ def count_fires(schedule: Schedule, after_ms: int, until_ms: int) -> int:
     every/at: arithmetic. cron: per day from the field tables (O(months + days) for a
     zone with DST, O(months) otherwise), never one fire time at a time.
     """
+    after_ms, until_ms = _clamp(schedule, after_ms, until_ms)
     if until_ms <= after_ms:
         return 0
     if isinstance(schedule, EverySchedule):
@@ -265,6 +360,7 @@ def count_fires(schedule: Schedule, after_ms: int, until_ms: int) -> int:
 
 def latest_fire_at_or_before(schedule: Schedule, after_ms: int, until_ms: int) -> int | None:
     """The newest fire time in ``(after_ms, until_ms]``, or ``None``; cheap for any range."""
+    after_ms, until_ms = _clamp(schedule, after_ms, until_ms)
     if until_ms <= after_ms:
         return None
     if isinstance(schedule, EverySchedule):
@@ -276,6 +372,16 @@ def latest_fire_at_or_before(schedule: Schedule, after_ms: int, until_ms: int) -
         t = None if until_ms < _MIN_MS else _cron.fire(
             compile_cron(schedule.cron), zone_of(schedule.tz), min(until_ms, _MAX_MS), False)
     return t if t is not None and after_ms < t <= until_ms else None
+
+
+def _clamp(schedule: Schedule, after_ms: int, until_ms: int) -> tuple[int, int]:
+    """The range ``(after_ms, until_ms]`` narrowed to the schedule's bounds."""
+    start, end = schedule.start_ms, schedule.end_ms
+    if start is not None and after_ms < start - 1:
+        after_ms = start - 1
+    if end is not None and until_ms > end:
+        until_ms = end
+    return after_ms, until_ms
 
 
 def jitter_ms(job_id: str, scheduled_ms: int, max_ms: int) -> int:

@@ -24,8 +24,8 @@ from raftsched.core.errors import InvalidSpec, RaftschedError
 KEEP_VALUE = {"keep": True}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 #: Top-level fields in the order a job file lists them.
-_ORDER = ("id", "schedule", "command", "call", "timeout", "overlap", "misfire", "retries",
-          "on_node_lost", "tags", "jitter", "paused", "env")
+_ORDER = ("id", "schedule", "start", "end", "command", "call", "timeout", "overlap", "misfire",
+          "retries", "on_node_lost", "tags", "jitter", "paused", "env")
 
 
 # ------------------------------------------------------------------ TOML out

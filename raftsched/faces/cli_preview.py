@@ -23,7 +23,9 @@ def format_next(result: dict[str, Any]) -> str:
     tz = str(result.get("tz") or "UTC")
     fires = result.get("fires") or []
     if not fires:
-        return head + "\n(no further fire times)"
+        end = result.get("end")
+        return head + ("\n(no further fire times)" if not end
+                       else f"\n(no further fire times up to its end, {end})")
     from raftsched.faces.cliformat import format_table
 
     if tz == "UTC":
@@ -111,7 +113,8 @@ def _cmd_http_token(args: argparse.Namespace) -> int:
             raise ConfigError("http", f"node {status.get('node')} serves no HTTP: set "
                                       "`http = \"host:port\"` in its [[nodes]] entry")
         # The token rides in the fragment: a browser never sends it to a server or a log.
-        sys.stdout.write(f"http://{http}/#token={tok}\n")
+        scheme = status.get("http_scheme") or "http"
+        sys.stdout.write(f"{scheme}://{http}/#token={tok}\n")
     else:
         sys.stdout.write(tok + "\n")
     return 0

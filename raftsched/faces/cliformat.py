@@ -72,6 +72,18 @@ def format_schedule(schedule: Any) -> str:
     return json.dumps(schedule, sort_keys=True)
 
 
+def format_bounds(spec: Any) -> str:
+    """A spec's ``start``/``end`` after its schedule: `` from <start> until <end>``."""
+    if not isinstance(spec, dict):
+        return ""
+    out = ""
+    if spec.get("start"):
+        out += f" from {clean(spec['start'])}"
+    if spec.get("end"):
+        out += f" until {clean(spec['end'])}"
+    return out
+
+
 def format_last(last: Any) -> str:
     """``{run_id, state, reason, at_ms}`` as ``state`` or ``state(reason)``."""
     if not isinstance(last, dict) or not last:
@@ -94,7 +106,8 @@ def _dash(value: Any) -> str:
 def format_jobs(result: dict[str, Any]) -> str:
     """The ``job ls`` table."""
     jobs = result.get("jobs") or []
-    rows = [[j.get("id"), format_schedule((j.get("spec") or {}).get("schedule")),
+    rows = [[j.get("id"), format_schedule((j.get("spec") or {}).get("schedule"))
+             + format_bounds(j.get("spec")),
              "done" if j.get("done") else format_time(j.get("next_ms")),
              _yes(j.get("paused")), format_last(j.get("last")),
              len(j.get("active") or [])] for j in jobs]

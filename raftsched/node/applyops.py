@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core.apply import Change, plan_apply
+from raftsched.core.cmdbase import any_bounds
 from raftsched.core.codec import packb
 from raftsched.core.commands import ApplyJobs
 from raftsched.core.errors import Conflict, InvalidArgument, LimitExceeded
@@ -32,9 +33,10 @@ if TYPE_CHECKING:
 CHANGED_MASK = ENV_MASK + " (changed)"
 #: The commands this release knows beyond those of the release before it, as its
 #: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
-#: ``notify`` spec field, ``notify_default`` and ``notified``) and ``lease`` (a
-#: ``release`` carrying ``hb``).
-FEATURES = ("apply", "notify", "lease", "certify")
+#: ``notify`` spec field, ``notify_default`` and ``notified``), ``lease`` (a
+#: ``release`` carrying ``hb``), ``certify`` (the ``certify`` command: death
+#: certificates) and ``bounds`` (the ``start``/``end`` spec fields).
+FEATURES = ("apply", "notify", "lease", "certify", "bounds")
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 _SPEC_OPS = frozenset({"put_job", "put_jobs", "apply", "diff_apply"})
@@ -68,7 +70,7 @@ class Features:
 
     def check(self, op: str, args: dict[str, Any]) -> None:
         """Refuse a request whose command an older member could not apply (until every
-        member runs this release): ``apply``, and specs that use ``notify``."""
+        member runs this release): ``apply``, and specs that use ``notify`` or bounds."""
         needed = []
         if op in ("apply", "diff_apply"):
             needed.append("apply")
@@ -77,6 +79,8 @@ class Features:
             if isinstance(specs, list) and any(isinstance(s, dict) and "notify" in s
                                                for s in specs):
                 needed.append("notify")
+            if isinstance(specs, list) and any_bounds(specs):
+                needed.append("bounds")
         for feature in needed:
             if (old := self.missing(feature)):
                 raise Conflict(feature, f"node(s) {', '.join(old)} run an older raftsched "

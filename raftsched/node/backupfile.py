@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any
 
-from raftsched.core.codec import SNAPSHOT_VERSION, decode_state, format_problem
+from raftsched.core.codec import SNAPSHOT_VERSION, decode_state, format_problem, state_version
 from raftsched.core.errors import CorruptBackup, ProtocolError
 from raftsched.core.state import ClusterState
 
@@ -37,7 +37,9 @@ def encode_backup(state_blob: bytes, *, cluster_id: str, index: int, term: int, 
                   node: str) -> bytes:
     """The whole backup file for ``state_blob`` (``encode_state`` bytes)."""
     header = {"format": BACKUP_FORMAT, "cluster_id": cluster_id, "index": index, "term": term,
-              "time_ms": time_ms, "node": node, "state_format": SNAPSHOT_VERSION,
+              "time_ms": time_ms, "node": node,
+              # The blob's own (a state without bounded jobs is still written as v1).
+              "state_format": state_version(state_blob) or SNAPSHOT_VERSION,
               "size": len(state_blob), "sha256": hashlib.sha256(state_blob).hexdigest()}
     return MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + state_blob
 

@@ -37,7 +37,8 @@ class NodeConfig:
     raft: host:port peers dial for Raft traffic (must be a concrete address).
     api: host:port clients dial for the API.
     metrics: host:port of the Prometheus endpoint, or None for no endpoint.
-    http: host:port of the HTTP/JSON API and dashboard, or None (the default: off).
+    http: host:port of the HTTP/JSON API and dashboard, or None (the default: off); it
+        speaks HTTPS (the node's tls_cert) whenever the cluster has TLS configured.
     workers: how many runs execute concurrently on this node.
     queue: assigned runs that may wait here beyond the busy slots before the leader
         stops placing on this node.

@@ -245,9 +245,12 @@ class Node:
             # CPU at every start.
             from raftsched.wire.http import HttpServer
             host, port = split_addr(self.me.http, "http")
+            # HTTPS whenever the cluster has TLS (the API's certificate): the bearer
+            # tokens and job specs must not cross the network in the clear.
             self.http = HttpServer(handler=self.handle, subscribe=self.feed.subscribe, host=host,
                                    port=port, secret=self.secret, node_id=node_id,
-                                   max_body_bytes=cfg.limits.max_frame_bytes)
+                                   max_body_bytes=cfg.limits.max_frame_bytes,
+                                   ssl_context=ssl_ctx)
             self.http.set_secrets(list(self.secrets.current))
 
     def _open(self, cfg: ClusterConfig, node_id: str, env: dict[str, str], node_dir: str,

@@ -16,6 +16,7 @@ from raftsched.core.trigger import (
     CronSchedule,
     EverySchedule,
     Schedule,
+    bounds_to_spec,
     next_fire,
     schedule_tz,
 )
@@ -41,7 +42,17 @@ def duration_words(ms: int) -> str:
 
 
 def describe(schedule: Schedule) -> str:
-    """The schedule in words (English): cron through cron-descriptor, the rest here."""
+    """The schedule in words (English): cron through cron-descriptor, the rest here;
+    its bounds after it (``…, from <start> until <end>``)."""
+    text = _describe_shape(schedule)
+    if schedule.start_ms is not None:
+        text += f", from {format_timestamp(schedule.start_ms)}"
+    if schedule.end_ms is not None:
+        text += f", until {format_timestamp(schedule.end_ms)}"
+    return text
+
+
+def _describe_shape(schedule: Schedule) -> str:
     if isinstance(schedule, CronSchedule):
         from cron_descriptor import Options, get_description
 
@@ -99,8 +110,10 @@ def next_fires(schedule: Schedule, now_ms: int, count: int) -> dict[str, Any]:
             item["dst_change"] = change
         fires.append(item)
         after = t
-    return {"schedule": schedule.to_spec(), "tz": schedule_tz(schedule),
-            "description": describe(schedule), "fires": fires, "now_ms": now_ms}
+    out = {"schedule": schedule.to_spec(), "tz": schedule_tz(schedule),
+           "description": describe(schedule), "fires": fires, "now_ms": now_ms}
+    out.update(bounds_to_spec(schedule))  # the bounds, as the spec writes them
+    return out
 
 
 #: Spec keys whose values are never echoed in a diff (only that they changed).

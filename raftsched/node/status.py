@@ -126,6 +126,8 @@ class StatusView:
             # Each member's HTTP API/dashboard address (config; absent: that node serves
             # none).
             "http": {n.id: n.http for n in self.cfg.nodes if n.http is not None},
+            # How to reach them: every node serves HTTPS when the cluster has TLS.
+            "http_scheme": "https" if self.cfg.tls_cert else "http",
             "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
                        "started": worker.started, "rejected_starts": worker.rejected_starts,
                        "shed": worker.shed, "self_fenced": worker.self_fenced},

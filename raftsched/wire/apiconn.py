@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from typing import Any
 
 from raftsched.core.codec import FRAME_HEADER, encode_frame, frame_length, unpackb
@@ -88,6 +89,7 @@ class FramePipeline:
     _too_large: int
     _http_addr: str | None
     _json_http_addr: str | None
+    _ssl: ssl.SSLContext | None
 
     async def _dispatch(self, conn: ApiConnection, req_id: Any, op: str,
                         args: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +164,9 @@ class FramePipeline:
         where = (f"HTTP is served on http://{self._http_addr}/ (/metrics, /healthz, /readyz)"
                  if self._http_addr else "this node serves no metrics over HTTP")
         if self._json_http_addr:
-            where += (f"; the HTTP/JSON API and dashboard on http://{self._json_http_addr}/ "
+            # The JSON API speaks TLS exactly when this port does (the node's certificate).
+            scheme = "https" if self._ssl is not None else "http"
+            where += (f"; the HTTP/JSON API and dashboard on {scheme}://{self._json_http_addr}/ "
                       "(/api/v1/...)")
         body = (f"this is the raftsched API port (msgpack over TCP); {where}; use the "
                 f"raftsched CLI or raftsched.Client here\n").encode()

@@ -8,6 +8,10 @@ Auth: every request under ``/api/v1/`` carries ``Authorization: Bearer <token>``
 a token derived from the cluster secret (:mod:`raftsched.wire.credentials`). A
 read-only token may GET; writes need the admin token. The dashboard's files and
 ``/openapi.json`` hold nothing secret and are served without a token.
+
+TLS: with an ``ssl_context`` (the node's, whenever the cluster has TLS configured: the
+certificate of its msgpack API) the port speaks HTTPS only, so a bearer token never
+crosses the network in the clear; a plain HTTP request fails its handshake.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -97,8 +102,10 @@ class HttpServer:
     """Serves one node's HTTP API, event stream and dashboard; see the module docstring."""
 
     def __init__(self, *, handler: Handler, subscribe: Subscribe, host: str, port: int,
-                 secret: str, node_id: str, max_body_bytes: int = 1 << 20) -> None:
+                 secret: str, node_id: str, max_body_bytes: int = 1 << 20,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._handler = handler
+        self._ssl = ssl_context
         self._subscribe = subscribe
         self._host = host
         self._port = port
@@ -149,7 +156,12 @@ class HttpServer:
         self._runner = web.AppRunner(self._app, access_log=None, handle_signals=False,
                                      shutdown_timeout=1.0)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, ssl_context=self._ssl).start()
+
+    @property
+    def scheme(self) -> str:
+        """``https`` when the port speaks TLS, else ``http``."""
+        return "https" if self._ssl is not None else "http"
 
     def listening_fds(self) -> list[int]:
         return [self._sock.fileno()] if self._sock is not None else []

@@ -25,6 +25,11 @@ SCHEMAS: dict[str, Any] = {
         "description": "A job spec as in the README (id may come from the path).",
         "properties": {"id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"},
                        "schedule": {"type": "object"},
+                       "start": {"type": "string", "format": "date-time",
+                                 "description": "No fire time before it (RFC 3339)."},
+                       "end": {"type": "string", "format": "date-time",
+                               "description": "No fire time after it (RFC 3339); after "
+                                              "it the job is done."},
                        "command": {"type": "array", "items": {"type": "string"}},
                        "paused": {"type": "boolean"}}},
     "Last": {
@@ -39,6 +44,8 @@ SCHEMAS: dict[str, Any] = {
                        "version": {"type": "integer"}, "created_ms": {"type": "integer"},
                        "updated_ms": {"type": "integer"}, "hwm_ms": _NULLABLE_INT,
                        "next_ms": _NULLABLE_INT, "paused": {"type": "boolean"},
+                       "done": {"type": "boolean", "description": "Nothing will fire again: "
+                                "a one-shot that ran, or a job past its end."},
                        "active": {"type": "array", "items": {"type": "string"}},
                        "last": {"$ref": "#/components/schemas/Last"},
                        "stale": {"type": "boolean"}}},
@@ -93,7 +100,8 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "id": {"type": "string"}, "tz": {"type": "string"}, "schedule": {"type": "object"},
             "description": {"type": "string"}, "paused": {"type": "boolean"},
-            "now_ms": {"type": "integer"},
+            "now_ms": {"type": "integer"}, "start": {"type": "string"},
+            "end": {"type": "string"},
             "fires": {"type": "array", "items": {
                 "type": "object", "required": ["at_ms", "utc", "local"],
                 "properties": {"at_ms": {"type": "integer"}, "utc": {"type": "string"},

@@ -1,10 +1,16 @@
-"""Small HTTP helpers for the HTTP API and dashboard tests (stdlib only)."""
+"""Small HTTP helpers for the HTTP API and dashboard tests (stdlib only).
+
+Each takes ``ca``: a CA certificate file to speak HTTPS with (a node of a cluster with
+TLS serves nothing else), verifying the node's certificate chain and host name with it;
+None speaks plain HTTP."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import json
+import os
+import ssl
 import tempfile
 import time
 from collections.abc import Iterator
@@ -18,11 +24,23 @@ def tokens(secret: str) -> dict[str, str]:
     return {"admin": token(secret, Role.admin), "read": token(secret, Role.read)}
 
 
+def tls_keys(certs_dir: str) -> dict[str, str]:
+    """The ``[cluster]`` TLS keys of nodes whose certificates ``raftsched certs`` wrote
+    into ``certs_dir`` (``ca.crt``, ``<id>.crt``, ``<id>.key``)."""
+    return {"tls_cert": os.path.join(certs_dir, "{id}.crt"),
+            "tls_key": os.path.join(certs_dir, "{id}.key"),
+            "tls_ca": os.path.join(certs_dir, "ca.crt")}
+
+
 @contextlib.contextmanager
-def http_cluster(prefix: str, secret: str) -> Iterator[Cluster]:
-    """A running 3-node cluster whose nodes serve HTTP, with a leader; closed after."""
+def http_cluster(prefix: str, secret: str, *, n: int = 3,
+                 certs_dir: str | None = None) -> Iterator[Cluster]:
+    """A running ``n``-node cluster whose nodes serve HTTP, with a leader; closed after.
+    With ``certs_dir`` (see :func:`tls_keys`) the cluster has TLS, so it serves HTTPS."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        c = Cluster(tmp, 3, secret=secret, http=True)
+        c = Cluster(tmp, n, secret=secret, http=True,
+                    cluster_extra=tls_keys(certs_dir) if certs_dir else None,
+                    tls_ca=os.path.join(certs_dir, "ca.crt") if certs_dir else None)
         try:
             c.start_all()
             c.wait_leader()
@@ -31,12 +49,20 @@ def http_cluster(prefix: str, secret: str) -> Iterator[Cluster]:
             c.close()
 
 
-def request(addr: str, method: str, path: str, tok: str | None = None, body: Any = None,
-            headers: dict[str, str] | None = None, timeout: float = 15.0
-            ) -> tuple[int, Any, dict[str, str]]:
-    """(status, parsed JSON body or text, headers) of one request."""
+def connection(addr: str, timeout: float, ca: str | None = None) -> http.client.HTTPConnection:
+    """A connection to ``addr``: HTTPS verified with ``ca`` when given, else plain HTTP."""
     host, port = addr.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    if ca is None:
+        return http.client.HTTPConnection(host, int(port), timeout=timeout)
+    return http.client.HTTPSConnection(host, int(port), timeout=timeout,
+                                       context=ssl.create_default_context(cafile=ca))
+
+
+def request(addr: str, method: str, path: str, tok: str | None = None, body: Any = None,
+            headers: dict[str, str] | None = None, timeout: float = 15.0,
+            ca: str | None = None) -> tuple[int, Any, dict[str, str]]:
+    """(status, parsed JSON body or text, headers) of one request."""
+    conn = connection(addr, timeout, ca)
     try:
         hdrs = dict(headers or {})
         if tok is not None:
@@ -55,12 +81,12 @@ def request(addr: str, method: str, path: str, tok: str | None = None, body: Any
         conn.close()
 
 
-def wait_serving(addr: str, timeout: float = 30.0) -> None:
+def wait_serving(addr: str, timeout: float = 30.0, ca: str | None = None) -> None:
     """Return once the HTTP server at ``addr`` answers (a restarted node takes a while)."""
 
     def serving() -> bool:
         try:
-            return request(addr, "GET", "/openapi.json", timeout=5)[0] == 200
+            return request(addr, "GET", "/openapi.json", timeout=5, ca=ca)[0] == 200
         except OSError:
             return False
 
@@ -70,9 +96,9 @@ def wait_serving(addr: str, timeout: float = 30.0) -> None:
 class EventStream:
     """A Server-Sent-Events reader: ``next_matching`` with a deadline."""
 
-    def __init__(self, addr: str, tok: str, timeout: float = 30.0) -> None:
-        host, port = addr.rsplit(":", 1)
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    def __init__(self, addr: str, tok: str, timeout: float = 30.0,
+                 ca: str | None = None) -> None:
+        self.conn = connection(addr, timeout, ca)
         self.conn.request("GET", "/api/v1/events", headers={"Authorization": f"Bearer {tok}",
                                                             "Accept": "text/event-stream"})
         self.resp = self.conn.getresponse()

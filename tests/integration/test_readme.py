@@ -114,6 +114,7 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("bash", "examples/flask/run3.sh"): "test_example_apps",
     ("bash", "examples/flask/gunicorn.sh"): "test_example_apps",
     ("toml", 'id = "nightly-backup"'): "test_job_spec_and_config_snippets_are_valid",
+    ("toml", 'id = "campaign"'): "test_job_spec_and_config_snippets_are_valid",
     ("toml", "[cluster]"): "test_job_spec_and_config_snippets_are_valid",
     ("toml", '--8<-- "cluster.example.toml"'): "test_configuration_page_shows_the_example_config",
     ("", '{"ts_ms":'): "test_tour (keys compared with a real run.started event)",
@@ -335,6 +336,9 @@ def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
     spec = tomllib.loads(block("toml", 'id = "nightly-backup"').text)
     job = JobSpec.from_spec(spec, allowed_call_prefixes=())
     assert job.id == "nightly-backup" and job.env == {"TARGET": "s3://bucket"}
+    bounded = JobSpec.from_spec(tomllib.loads(block("toml", 'id = "campaign"').text))
+    assert bounded.to_spec()["start"] == "2031-02-28T23:00:00Z"
+    assert bounded.to_spec()["end"] == "2031-03-31T21:59:59Z"
     cfg_path = tmp_path / "cluster.toml"
     cfg_path.write_text(block("toml", "[cluster]").text)
     cfg = load_config(str(cfg_path))

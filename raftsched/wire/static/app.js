@@ -216,7 +216,7 @@ function renderStatus(st) {
     el("td", {}, n.inflight ?? "-"),
     el("td", { class: Math.abs(n.skew_ms || 0) > 1000 ? "warn" : "" }, n.skew_ms == null ? "-" : `${n.skew_ms} ms`),
     el("td", {}, n.last_seen_ms == null ? "-" : rel(n.last_seen_ms, st.now_ms)),
-    el("td", {}, http[n.node_id] ? el("a", { href: `http://${http[n.node_id]}/` }, http[n.node_id]) : "-")));
+    el("td", {}, http[n.node_id] ? el("a", { href: `${st.http_scheme || "http"}://${http[n.node_id]}/` }, http[n.node_id]) : "-")));
   $("members").tBodies[0].replaceChildren(...rows);
 }
 
@@ -257,13 +257,15 @@ async function renderJobs(list, now) {
       const f = tz === "UTC" ? null : p.fires.find((x) => x.at_ms === ms);
       return f ? f.local : zoned(ms, tz);
     };
-    return el("tr", { "data-job": j.id, class: j.paused ? "paused" : "" },
+    return el("tr", { "data-job": j.id, class: j.done ? "done" : j.paused ? "paused" : "" },
       el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
       el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) },
         ...withTimes(p ? p.description : JSON.stringify(j.spec.schedule))),
       el("td", { title: `times in ${tz}` },
-        el("div", { class: "next", title: j.paused ? null : iso(j.next_ms) },
-          ...(j.paused ? ["paused"] : withTimes(`${local(j.next_ms)} (${rel(j.next_ms, now)})`))),
+        // done: nothing will fire again (a one-shot that ran, a job past its end).
+        el("div", { class: "next", title: j.done || j.paused ? null : iso(j.next_ms) },
+          ...(j.done ? ["done"] : j.paused ? ["paused"]
+            : withTimes(`${local(j.next_ms)} (${rel(j.next_ms, now)})`))),
         ...later.map((f) => el("div", { class: `later${f.dst_change ? " dst" : ""}`, title: f.utc },
           ...withTimes(`then ${local(f.at_ms)}${f.dst_change ? ` (DST day ${f.dst_change})` : ""}`)))),
       el("td", { class: "last" }, last ? el("span", { class: `st ${last.state}`, title: last.reason || "" }, last.state) : "-"),
@@ -295,7 +297,8 @@ async function refreshJob(id) {
 function renderJob(job, next, runs) {
   $("job-title").textContent = job.id + (job.paused ? " (paused)" : "");
   $("job-title").dataset.paused = job.paused ? "yes" : "no";
-  $("job-desc").textContent = `${next.description}; version ${job.version}; last: ${job.last ? job.last.state : "-"}`;
+  $("job-desc").textContent = `${next.description}; ${job.done ? "done; " : ""}version ${job.version}; last: ${job.last ? job.last.state : "-"}`;
+  $("job-title").dataset.done = job.done ? "yes" : "no";
   const reload = () => refreshJob(job.id);
   const act = (op) => async () => {
     try {
