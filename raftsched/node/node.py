@@ -59,7 +59,12 @@ from raftsched.node import (
 from raftsched.node.backup import Backups
 from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
 from raftsched.node.clusterops import ClusterOps
-from raftsched.node.config import ClusterConfig, check_bind_safety, split_addr
+from raftsched.node.config import (
+    ClusterConfig,
+    check_bind_safety,
+    resolve_secret,
+    split_addr,
+)
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
 from raftsched.node.feed import LiveFeed
 from raftsched.node.guard import Guard
@@ -140,7 +145,10 @@ class Node:
         self.exit_code = 0
         node_dir = cfg.node_data_dir(node_id)
         # The checks that can refuse the start come before anything is written (the data
-        # dir, its secret): a refused node leaves nothing behind.
+        # dir, its secret): a refused node leaves nothing behind. First the one that is
+        # about the config alone: a non-loopback address needs a configured secret.
+        if resolve_secret(cfg, env) is None and cfg.secret_file is None:
+            check_bind_safety(cfg, node_id, None)
         self.dir_lock = datadir.refuse_early(cfg, node_id, node_dir,
                                               serves_metrics=metrics is not None)
         try:

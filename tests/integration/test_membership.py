@@ -119,8 +119,10 @@ def check_load(c, ran: str, t_begin: float, t_end: float, survivors: list[str],
                 # A run started on the killed node is recorded lost there and retried
                 # (attempt 2), whether attempt 1 had begun executing or not; so is one
                 # a starved node stopped when it fenced itself.
+                # (Its guard proves a killed node dead: "node crashed (certified)".)
                 gone = RETRIED_LOSSES + (
-                    (f"lost:node {killed[0]} ",) if killed is not None else ())
+                    (f"lost:node {killed[0]} ", "lost:node crashed (certified)")
+                    if killed is not None else ())
                 kept = [o for o in outcomes if not o.startswith(gone)]
                 if len(kept) == 1:
                     retried.add(f"{j}@{t}")
