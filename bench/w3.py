@@ -23,6 +23,7 @@ for the node timeout (3 s).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -313,23 +314,73 @@ def run_w3_follower(ctx: Ctx, res: Result) -> None:
         ["kill", "pre-started re-dispatched", "delay median", "delay max", "assigned-only",
          "delay median", "lost (fail)", "fires skipped (overlap) within 5 s",
          "doubled executions", "reasons recorded"], summary))
-    mid = _killed_mid_run(ctx, 3 if ctx.quick else 6)
-    res.raw["killed_mid_run"] = mid
+    rows = []
+    for how in ("sigkill", "oom"):
+        if how == "oom" and _oom_unavailable():
+            res.notes.append(f"OOM variant not run: {_oom_unavailable()}")
+            continue
+        mid = _killed_mid_run(ctx, 3 if ctx.quick else 6, how)
+        res.raw[f"killed_mid_run_{how}"] = mid
+        rows.append([
+            "SIGKILL" if how == "sigkill" else "OOM kill (cgroup memory limit)",
+            fmt(mid["kills"]), fmt(len(mid["delays"])), fmt(stats.median(mid["delays"])),
+            fmt(max(mid["delays"]) if mid["delays"] else None),
+            "; ".join(f"{r} ×{n}" for r, n in sorted(mid["reasons"].items()))])
     res.tables.append((
-        "a node killed while its runs execute (on_node_lost = retry, 0.5 s runs): "
-        "SIGKILL of the node → the new attempt's start, ms",
-        ["kills", "runs re-dispatched", "delay median", "delay max", "reasons recorded"],
-        [[fmt(mid["kills"]), fmt(len(mid["delays"])), fmt(stats.median(mid["delays"])),
-          fmt(max(mid["delays"]) if mid["delays"] else None),
-          "; ".join(f"{r} ×{n}" for r, n in sorted(mid["reasons"].items()))]]))
+        "a node killed while its runs execute (on_node_lost = retry, 0.5 s runs): the "
+        "node's death → the new attempt's start, ms",
+        ["how", "kills", "runs re-dispatched", "delay median", "delay max",
+         "reasons recorded"], rows))
 
 
-def _killed_mid_run(ctx: Ctx, kills: int) -> dict[str, Any]:
-    """SIGKILL a follower while runs of it execute (0.5 s sleeps): how soon each one's
-    next attempt starts elsewhere, from the kill."""
+#: A memory cgroup (v1) the OOM variant puts a node into.
+_MEMCG = "/sys/fs/cgroup/memory"
+
+
+def _oom_unavailable() -> str | None:
+    if os.geteuid() != 0 or not os.path.exists(f"{_MEMCG}/cgroup.procs"):
+        return "needs root and a cgroup v1 memory controller"
+    return None
+
+
+def _oom_kill(c: BenchCluster, nid: str) -> int:
+    """Put ``nid``'s node process (not its guard) in a memory cgroup whose limit sits
+    just above what it uses: its next allocations make the kernel's OOM killer SIGKILL
+    it. Returns when it died (epoch ms, polled)."""
+    pid = c.pid(nid)
+    group = f"{_MEMCG}/raftsched-bench-oom-{pid}"
+    os.makedirs(group, exist_ok=True)
+    with open(f"{group}/cgroup.procs", "w") as f:
+        f.write(str(pid))
+    with open(f"{group}/memory.usage_in_bytes") as f:
+        usage = int(f.read())
+    with open(f"{group}/memory.limit_in_bytes", "w") as f:
+        f.write(str(usage + (64 << 10)))
+    # Requests make it allocate (an idle node may take a while to need 64 KB more).
+    deadline = time.monotonic() + 60
+    while c.procs[nid].poll() is None and time.monotonic() < deadline:
+        try:
+            c.status(nid, timeout=0.5)
+        except Exception:  # noqa: BLE001 - it may be dying
+            time.sleep(0.01)
+    c.procs[nid].wait(10)
+    died = now_ms()
+    for _ in range(50):
+        try:
+            os.rmdir(group)
+            break
+        except OSError:
+            time.sleep(0.1)
+    return died
+
+
+def _killed_mid_run(ctx: Ctx, kills: int, how: str = "sigkill") -> dict[str, Any]:
+    """Kill a follower (``sigkill``, or ``oom``: the kernel's OOM killer) while runs of it
+    execute (0.5 s sleeps): how soon each one's next attempt starts elsewhere, from the
+    node's death."""
     from bench.w2 import bench_timing
-    c = BenchCluster(ctx.dir("w3-mid-run"), workers=64, queue=4096, history_limit=1000,
-                     timing=bench_timing())
+    c = BenchCluster(ctx.dir(f"w3-mid-run-{how}"), workers=64, queue=4096,
+                     history_limit=1000, timing=bench_timing())
     ids = [f"mr-{i:02d}" for i in range(KF_RETRY)]
     delays: list[float] = []
     reasons: dict[str, int] = {}
@@ -342,8 +393,8 @@ def _killed_mid_run(ctx: Ctx, kills: int) -> dict[str, Any]:
             victim = next(n for n in c.ids if n != leader and c.alive(n))
             # 200 ms into an even second: that instant's runs are executing.
             time.sleep((2.2 - time.time() % 2.0) % 2.0)
-            t_kill = c.kill(victim)
-            ctx.log(f"W3 killed mid-run {k + 1}/{kills}: SIGKILL {victim}")
+            t_kill = c.kill(victim) if how == "sigkill" else _oom_kill(c, victim)
+            ctx.log(f"W3 killed mid-run {k + 1}/{kills}: {how} {victim}")
             time.sleep(3.0)
             with c.client([leader], timeout=30) as cl:
                 for j in ids:
