@@ -9,7 +9,6 @@ not this test, measures how soon: bench W3F)."""
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -17,7 +16,13 @@ import pytest
 
 from raftsched.core.nodes import CERTIFIED
 from tests.integration.harness import read_witness, wait_until, witness_command
-from tests.integration.test_killed_follower_lease import FAIL, RETRY, _alive_in_status, _held
+from tests.integration.test_killed_follower_lease import (
+    FAIL,
+    RETRY,
+    _alive_in_status,
+    _held,
+    kill_a_follower_holding_runs,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -38,31 +43,16 @@ def test_a_killed_followers_prestarted_runs_move_on_when_its_guard_certifies_it(
         cluster_factory, tmp_path):
     c = cluster_factory(3, workers=8, timing={"node_timeout": f"{NODE_TIMEOUT_S}s",
                                               "lookahead": "1s"})
-    c.start_all()
-    c.wait_leader(30)
     ran = str(tmp_path / "ran.jsonl")
-    with c.client() as cl:
-        cl.put_jobs([{"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
-                      "on_node_lost": "fail" if j in FAIL else "retry"}
-                     for j in RETRY + FAIL], atomic=True)
-        wait_until(lambda: all(cl.runs(j)["runs"] for j in RETRY + FAIL), 30,
-                   "every job running")
-    held: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(4):
-        leader = c.wait_leader(30)
-        victim = next(n for n in sorted(c.ids) if n != leader)
-        guard = c.guard_pid(victim)
-        assert guard is not None, "the node has no guard process"
-        time.sleep((0.9 - time.time() % 1.0) % 1.0)
-        t_kill = c.kill(victim)  # the node process only: its guard lives on
-        instant = math.ceil(t_kill) * 1000
-        with c.client([leader]) as cl:
-            held = _held(cl, victim, instant)
-        if held:
-            break
-        c.start(victim)
-        wait_until(lambda v=victim: _alive_in_status(c, v), 60, f"{victim} back")
-    assert held, "the killed follower never held a pre-started run"
+    guards: dict[str, int | None] = {}
+
+    def kill_node_only(nid: str) -> float:
+        guards[nid] = c.guard_pid(nid)
+        assert guards[nid] is not None, "the node has no guard process"
+        return c.kill(nid)  # the node process only: its guard lives on
+
+    leader, victim, instant, held = kill_a_follower_holding_runs(c, ran, kill_node_only)
+    guard = guards[victim]
 
     def settled() -> dict[str, dict[str, Any]] | None:
         with c.client([leader]) as cl:
@@ -83,6 +73,7 @@ def test_a_killed_followers_prestarted_runs_move_on_when_its_guard_certifies_it(
     # The victim is lost (certified), and its guard is gone once it has told the cluster.
     status = c.status(leader)
     assert not next(n for n in status["nodes"] if n["node_id"] == victim)["alive"]
+    assert guard is not None
     wait_until(lambda: not _pid_alive(guard), 20, "the guard to exit after certifying")
     # Each run of that instant executed once per attempt, never on the dead node.
     runs = [w for w in read_witness(ran) if w["RUN_ID"] in {f"{j}@{instant}" for j in held}]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,32 +59,8 @@ def test_a_killed_followers_prestarted_runs_move_on_at_its_lease_end(cluster_fac
     # committed well before the kill, also on a loaded machine.
     c = cluster_factory(3, workers=8, timing={"node_timeout": f"{NODE_TIMEOUT_S}s",
                                               "lookahead": "1s"})
-    c.start_all()
-    c.wait_leader(30)
     ran = str(tmp_path / "ran.jsonl")
-    with c.client() as cl:
-        cl.put_jobs([{"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
-                      "on_node_lost": "fail" if j in FAIL else "retry"}
-                     for j in RETRY + FAIL], atomic=True)
-        wait_until(lambda: all(cl.runs(j)["runs"] for j in RETRY + FAIL), 30,
-                   "every job running")
-    held: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(4):
-        leader = c.wait_leader(30)
-        victim = next(n for n in sorted(c.ids) if n != leader)
-        time.sleep((0.9 - time.time() % 1.0) % 1.0)
-        t_kill = c.kill_host(victim)
-        instant = math.ceil(t_kill) * 1000
-        with c.client([leader]) as cl:
-            # The records say what it held (they were committed before the kill).
-            held = _held(cl, victim, instant)
-        if held:
-            break
-        # Nothing of that instant was started there (the leader placed it all on the
-        # other follower): restart it and try again.
-        c.start(victim)
-        wait_until(lambda v=victim: _alive_in_status(c, v), 60, f"{victim} back")
-    assert held, "the killed follower never held a pre-started run"
+    leader, victim, instant, held = kill_a_follower_holding_runs(c, ran, c.kill_host)
 
     def settled() -> dict[str, dict[str, Any]] | None:
         with c.client([leader]) as cl:
@@ -108,6 +85,36 @@ def test_a_killed_followers_prestarted_runs_move_on_at_its_lease_end(cluster_fac
     assert all(w["NODE_ID"] != victim for w in runs), runs
     assert len({(w["RUN_ID"], w["ATTEMPT"]) for w in runs}) == len(runs), runs
     assert not any(w["RUN_ID"].startswith("f") for w in runs), runs
+
+
+def kill_a_follower_holding_runs(c: Any, ran: str, kill: Callable[[str], float]
+                                 ) -> tuple[str, str, int, dict[str, list[dict[str, Any]]]]:
+    """Start ``c``, put the every-second jobs (witnessed in ``ran``), then ``kill`` a
+    follower 100 ms before an instant whose runs it had pre-started (retrying with the
+    next instant until it held some): (leader, victim, instant ms, its held records)."""
+    c.start_all()
+    c.wait_leader(30)
+    with c.client() as cl:
+        cl.put_jobs([{"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
+                      "on_node_lost": "fail" if j in FAIL else "retry"}
+                     for j in RETRY + FAIL], atomic=True)
+        wait_until(lambda: all(cl.runs(j)["runs"] for j in RETRY + FAIL), 30,
+                   "every job running")
+    for _ in range(4):
+        leader = c.wait_leader(30)
+        victim = next(n for n in sorted(c.ids) if n != leader)
+        time.sleep((0.9 - time.time() % 1.0) % 1.0)
+        instant = math.ceil(kill(victim)) * 1000
+        with c.client([leader]) as cl:
+            # The records say what it held (they were committed before the kill).
+            held = _held(cl, victim, instant)
+        if held:
+            return leader, victim, instant, held
+        # Nothing of that instant was started there (the leader placed it all on the
+        # other follower): restart it and try again.
+        c.start(victim)
+        wait_until(lambda v=victim: _alive_in_status(c, v), 60, f"{victim} back")
+    raise AssertionError("the killed follower never held a pre-started run")
 
 
 def _alive_in_status(c: Any, nid: str) -> bool:
