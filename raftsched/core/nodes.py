@@ -82,11 +82,19 @@ def apply_certify(st: ClusterState, cmd: Certify) -> dict[str, Any]:
         raise Conflict(cmd.node, f"incarnation {cmd.boot} is not the node's current one "
                                  f"({rec.boot_ms}); a certificate releases nothing of another")
     rec.dead = (*rec.dead, cmd.boot)[-DEAD_KEPT:]
-    released = claims.release_node(st, cmd.node, cmd.at, "all", CERTIFIED, text=CERTIFIED)
-    if rec.alive:
-        rec.alive = False
-        rec.lost_ms = cmd.at
-        st.effects.append(NodeLost(cmd.node, CERTIFIED))
+    if cmd.by == "restart":
+        # Proved by the node's next incarnation, which lives and heartbeats next: its
+        # assigned runs are its to start, and the node is not lost (a leader planning in
+        # between would record runs it could place as missed for want of a node).
+        released = claims.release_node(st, cmd.node, cmd.at, "started", CERTIFIED,
+                                       text=CERTIFIED)
+    else:
+        released = claims.release_node(st, cmd.node, cmd.at, "all", CERTIFIED,
+                                       text=CERTIFIED)
+        if rec.alive:
+            rec.alive = False
+            rec.lost_ms = cmd.at
+            st.effects.append(NodeLost(cmd.node, CERTIFIED))
     st.effects.append(NodeCertified(cmd.node, cmd.boot, cmd.by, len(released)))
     return {"ok": True, "released": released, "already": False}
 

@@ -121,3 +121,17 @@ def test_dead_incarnations_survive_a_snapshot_and_are_bounded() -> None:
     # A node record never certified keeps the snapshot row it always had.
     assert again.nodes["n2"].to_row() == st.nodes["n2"].to_row()
     assert len(st.nodes["n2"].to_row()) == len(base().nodes["n2"].to_row())
+
+
+def test_a_restarts_certificate_keeps_the_node_and_its_assigned_runs() -> None:
+    """The restarted incarnation proves the old one dead and heartbeats next: the node
+    stays alive (a plan in between must still find it) and keeps its assigned runs."""
+    st = base()
+    a, b = _two_runs(st, "retry")
+    st.take_effects()
+    reply = certify(st, "n1", 1, by="restart")
+    assert reply["ok"] and reply["released"] == [a]
+    assert st.runs[a].state == "pending" and st.runs[a].attempt == 2
+    assert st.runs[b].state == "assigned" and st.runs[b].node == "n1"
+    assert st.nodes["n1"].alive and st.nodes["n1"].dead == (1,)
+    assert not any(isinstance(e, NodeLost) for e in st.take_effects())
