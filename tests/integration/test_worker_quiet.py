@@ -105,7 +105,8 @@ class _Loc:
 
 def test_a_big_instant_starts_the_quiet_and_a_late_small_or_old_one_does_not(monkeypatch):
     pool = _pool()
-    monkeypatch.setattr(pool, "_begin", lambda loc: None)
+    monkeypatch.setattr(pool, "_held_started", lambda group: frozenset())
+    monkeypatch.setattr(pool, "_begin", lambda loc, *_, **__: None)
     now = now_ms()
     pool._at[now - 10] = [_Loc()] * (worker.QUIET_GROUP - 1)
     pool._fire(now - 10)
