@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 CHANGED_MASK = ENV_MASK + " (changed)"
 #: The commands this release knows beyond those of the release before it, as its
 #: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
-#: ``notify`` spec field, ``notify_default`` and ``notified``) and ``lease`` (a
-#: ``release`` carrying ``hb``).
-FEATURES = ("apply", "notify", "lease", "certify")
+#: ``notify`` spec field, ``notify_default`` and ``notified``), ``lease`` (a
+#: ``release`` carrying ``hb``) and ``http`` (the ``http`` spec field: an older
+#: release refuses such a spec in its apply).
+FEATURES = ("apply", "notify", "lease", "certify", "http")
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 _SPEC_OPS = frozenset({"put_job", "put_jobs", "apply", "diff_apply"})
@@ -68,15 +69,16 @@ class Features:
 
     def check(self, op: str, args: dict[str, Any]) -> None:
         """Refuse a request whose command an older member could not apply (until every
-        member runs this release): ``apply``, and specs that use ``notify``."""
+        member runs this release): ``apply``, and specs that use ``notify`` or ``http``."""
         needed = []
         if op in ("apply", "diff_apply"):
             needed.append("apply")
         if op in _SPEC_OPS:
             specs = args.get("specs") if op != "put_job" else [args.get("spec")]
-            if isinstance(specs, list) and any(isinstance(s, dict) and "notify" in s
-                                               for s in specs):
-                needed.append("notify")
+            for field in ("notify", "http"):
+                if isinstance(specs, list) and any(isinstance(s, dict) and field in s
+                                                   for s in specs):
+                    needed.append(field)
         for feature in needed:
             if (old := self.missing(feature)):
                 raise Conflict(feature, f"node(s) {', '.join(old)} run an older raftsched "

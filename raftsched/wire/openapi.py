@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from raftsched.core.httpspec import METHODS
+
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _NULLABLE_STR = {"type": ["string", "null"]}
 
@@ -26,7 +28,20 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"},
                        "schedule": {"type": "object"},
                        "command": {"type": "array", "items": {"type": "string"}},
+                       "call": {"type": "string"},
+                       "http": {"$ref": "#/components/schemas/HttpSpec"},
                        "paused": {"type": "boolean"}}},
+    "HttpSpec": {
+        "type": "object", "required": ["url"],
+        "description": "An HTTP job's request (instead of command or call); header values "
+                       "and the body may name env values as ${NAME}.",
+        "properties": {"url": {"type": "string"},
+                       "method": {"enum": list(METHODS)},
+                       "headers": {"type": "object",
+                                   "additionalProperties": {"type": "string"}},
+                       "body": {"type": "string"}, "timeout": {"type": "string"},
+                       "expect": {"type": "array", "items": {"type": "integer"}},
+                       "ca": {"type": "string"}}},
     "Last": {
         "type": ["object", "null"],
         "properties": {"run_id": {"type": "string"}, "state": {"type": "string"},
