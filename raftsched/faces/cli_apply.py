@@ -75,7 +75,8 @@ def toml_job(spec: dict[str, Any]) -> str:
 def compact(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec without the fields left at their defaults (``env`` as given)."""
     from raftsched.core.model import JobSpec
-    base = {k: spec[k] for k in ("id", "schedule", "command", "call", "http") if k in spec}
+    base: dict[str, Any] = {k: spec[k] for k in ("id", "schedule", "command", "call", "http")
+                            if k in spec}
     try:
         # With env: an http table names env values (${NAME}) that must be there.
         defaults = JobSpec.from_spec(dict(base, env=spec.get("env")),
