@@ -13,12 +13,17 @@ redirect would send the fence and the body to another address). The response bod
 streamed into the run's output (its log, and the tail of the run record); the log's
 stderr gets one line saying what was asked and what came back.
 
-aiohttp is imported at the first HTTP run: a node without HTTP jobs does not pay for it.
+aiohttp is imported at the first HTTP run, in a thread: a node without HTTP jobs does not
+pay for it, and the import (0.4 s of CPU, seconds on a loaded host) must not hold the
+node's event loop, whose heartbeats keep its lease (a node whose loop stalled past its
+lease stops its own runs).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import importlib
 import ssl
 import time
 from typing import TYPE_CHECKING, Any
@@ -44,27 +49,49 @@ class RequestFailed(Exception):
         self.reason = reason[:200]
 
 
-@functools.lru_cache(maxsize=1)
-def _user_agent() -> str:
+#: What the first HTTP run loads, in a thread: aiohttp and the User-Agent.
+_loaded: tuple[Any, str] | None = None
+#: Verifying client contexts by CA bundle (None: the system's), made in a thread.
+_contexts: dict[str | None, ssl.SSLContext] = {}
+
+
+def _load() -> tuple[Any, str]:
     from importlib.metadata import PackageNotFoundError, version
+    aiohttp = importlib.import_module("aiohttp")
     try:
-        return f"raftsched/{version('raftsched')}"
+        agent = f"raftsched/{version('raftsched')}"
     except PackageNotFoundError:
-        return "raftsched"
+        agent = "raftsched"
+    return aiohttp, agent
+
+
+async def _loaded_once() -> tuple[Any, str]:
+    global _loaded
+    if _loaded is None:
+        _loaded = await asyncio.to_thread(_load)
+    return _loaded
 
 
 @functools.lru_cache(maxsize=64)
 def tls_context(ca: str | None) -> ssl.SSLContext:
     """A verifying client context: the system's CAs, or only those of bundle ``ca``
-    (cached: loading a bundle costs milliseconds; a changed file needs a node restart)."""
+    (cached: loading a CA store costs milliseconds; a changed file needs a restart)."""
     return ssl.create_default_context(cafile=ca)
 
 
-def headers_for(spec: HttpSpec, ctx: RunContext, env: dict[str, str]) -> dict[str, str]:
+async def _tls(ca: str | None) -> ssl.SSLContext:
+    found = _contexts.get(ca)
+    if found is None:
+        found = _contexts[ca] = await asyncio.to_thread(tls_context, ca)
+    return found
+
+
+def headers_for(spec: HttpSpec, ctx: RunContext, env: dict[str, str],
+                agent: str = "raftsched") -> dict[str, str]:
     """The request's headers: the spec's (env references filled in), then the run's."""
     out = {name: expand(value, env) for name, value in spec.headers}
     if not any(name.lower() == "user-agent" for name in out):
-        out["User-Agent"] = _user_agent()
+        out["User-Agent"] = agent
     out.update({"Raftsched-Job-Id": ctx.job_id, "Raftsched-Run-Id": ctx.run_id,
                 "Raftsched-Fence": str(ctx.fence), "Raftsched-Attempt": str(ctx.attempt),
                 "Raftsched-Scheduled-At": ctx.scheduled_at,
@@ -76,10 +103,9 @@ async def request(spec: HttpSpec, ctx: RunContext, env: dict[str, str],
                   output: Output) -> tuple[int, str]:
     """Make the request; its status and the run's reason (``http 503``). The body goes
     into ``output``. Raises :class:`RequestFailed` when no response came."""
-    import aiohttp
-
+    aiohttp, agent = await _loaded_once()
     try:
-        tls = tls_context(spec.ca) if spec.url[:6].lower() == "https:" else None
+        tls = await _tls(spec.ca) if spec.url[:6].lower() == "https:" else None
     except OSError as exc:  # the bundle is missing or unreadable on this node
         raise RequestFailed(f"http.ca {spec.ca}: {exc.strerror or exc}") from None
     except ssl.SSLError as exc:
@@ -94,7 +120,7 @@ async def request(spec: HttpSpec, ctx: RunContext, env: dict[str, str],
                                          timeout=aiohttp.ClientTimeout(total=None)
                                          ) as session:
             async with session.request(spec.method, spec.url,
-                                       headers=headers_for(spec, ctx, env), data=body,
+                                       headers=headers_for(spec, ctx, env, agent), data=body,
                                        allow_redirects=False) as resp:
                 async for chunk in resp.content.iter_chunked(_CHUNK):
                     output.add(chunk)
@@ -111,7 +137,7 @@ async def request(spec: HttpSpec, ctx: RunContext, env: dict[str, str],
 
 def _why(exc: Any) -> str:
     """A short reason for a request that got no response."""
-    import aiohttp
+    import aiohttp  # loaded by now
 
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         err = exc.certificate_error
