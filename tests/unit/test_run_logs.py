@@ -193,12 +193,12 @@ def test_a_process_run_logs_both_streams_masked_and_closes_its_log(tmp_path) -> 
 
 def printing_job(ctx: Any) -> str:
     import logging
-    print("from the callable")
-    print("to stderr", file=sys.stderr)
+    print("from the callable")  # noqa: T201 - the output under test
+    print("to stderr", file=sys.stderr)  # noqa: T201 - the output under test
     logging.getLogger("tests.job").warning("a warning")
 
     def other() -> None:  # a thread the callable starts inherits no run: not captured
-        print("from another thread")
+        print("from another thread")  # noqa: T201 - the output under test
 
     t = threading.Thread(target=other)
     t.start()
