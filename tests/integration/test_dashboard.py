@@ -396,9 +396,10 @@ def test_a_run_s_full_log_from_its_row_and_an_http_job_s_request(
         assert "complete" in browser.find_element(By.ID, "log-state").text
         # flaky writes to stderr only: its stdout is empty, its stderr has the line.
         browser.get(base + "#/jobs/flaky")
-        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, "#runs tbody button.log"),
-                   UI_S, "flaky's runs with logs")
-        click(browser, "#runs tbody button.log")
+        failed = '#runs tbody tr[data-state="failed"] button.log'
+        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, failed), UI_S,
+                   "flaky's failed runs with logs")
+        click(browser, failed)
         wait_until(lambda: "bytes on stderr" in browser.find_element(By.ID, "log-state").text,
                    UI_S, "the stdout view saying stderr has output")
         click(browser, "#log-stderr")
