@@ -91,6 +91,11 @@ class RunLog:
         self._failed = False
         self._lock = threading.Lock()
 
+    @property
+    def opened(self) -> bool:
+        """Did this log create a file?"""
+        return self._fds[0] is not None or self._fds[1] is not None
+
     def path(self, err: bool) -> str:
         job, ms, attempt = self.key
         return os.path.join(job_dir(self.store.root, job), f"{ms}-{attempt}{_SUFFIX[err]}")
@@ -195,8 +200,11 @@ class RunLogs:
         key = writer.key
         if self._open.get(key) is writer:
             del self._open[key]
-        self._add(key, writer.sizes[0] + writer.sizes[1])
-        self.prune(key[0])
+        if writer.opened:
+            self._add(key, writer.sizes[0] + writer.sizes[1])
+            self.prune(key[0])
+        # A run that printed nothing has no file and no index entry: thousands of silent
+        # runs a second cost no file system work at all.
 
     def _add(self, key: Key, size: int) -> None:
         self._forget(key)
