@@ -98,42 +98,71 @@ async def spawn(argv: list[str], env: dict[str, str], guard: Guard | None, *, fe
         os.close(err_r)
         raise
     proc = Process(pid, guard=guard)
-    readers: list[tuple[asyncio.StreamReader, asyncio.BaseTransport]] = []
+    loop = asyncio.get_running_loop()
+    ended = loop.create_future()
+    sink = _Sink(output, ended)
+    transports: list[asyncio.BaseTransport] = []
     try:
-        for fd in (out_r, err_r):
-            readers.append(await _pipe_reader(fd))
+        for fd, err in ((out_r, False), (err_r, True)):
+            pipe = os.fdopen(fd, "rb", buffering=0)
+            try:
+                transport, _ = await loop.connect_read_pipe(
+                    lambda e=err: _PipeProtocol(sink, e), pipe)  # type: ignore[misc]
+            except BaseException:
+                pipe.close()
+                raise
+            transports.append(transport)
     except BaseException:
-        for _, transport in readers:
-            transport.close()
-        for fd in (out_r, err_r)[len(readers):]:
-            os.close(fd)
+        for opened in transports:
+            opened.close()
+        if not transports:
+            os.close(err_r)
         raise
 
     async def read() -> None:
         try:
-            await _read_both(readers[0][0], readers[1][0], output)
+            await ended
         finally:
-            for _, transport in readers:
-                transport.close()
+            for opened in transports:
+                opened.close()
 
     return proc, asyncio.ensure_future(read())
 
 
-async def _pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
-    loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=1 << 16, loop=loop)
-    pipe = os.fdopen(fd, "rb", buffering=0)
-    try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    return stream, transport
+class _Sink:
+    """Both pipes of one process: their bytes into ``output``; ``ended`` is set when both
+    reached their end (plain protocol callbacks: no reader task per pipe, as thousands
+    of runs may start in the same second)."""
+
+    def __init__(self, output: Output, ended: asyncio.Future[None]) -> None:
+        self.output = output
+        self.ended = ended
+        self.open = 2
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0 and not self.ended.done():
+            self.ended.set_result(None)
+
+
+class _PipeProtocol(asyncio.Protocol):
+    def __init__(self, sink: _Sink, err: bool) -> None:
+        self.sink = sink
+        self.err = err
+
+    def data_received(self, data: bytes) -> None:
+        self.sink.output.add(data, self.err)
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.sink.closed()
 
 
 async def _read_both(out: asyncio.StreamReader, err: asyncio.StreamReader,
                      output: Output) -> None:
+    """The fallback path's (asyncio's subprocess) two streams into ``output``."""
     await asyncio.gather(_read(out, output, False), _read(err, output, True))
 
 
