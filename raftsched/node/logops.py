@@ -16,7 +16,9 @@ attempt has ended); until then a reader polls with the reply's ``next_offset``, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,6 +47,11 @@ MAX_LIMIT = 1024 * 1024
 MAX_WAIT_S = 10.0
 #: How often a kept-open poll looks at the file again.
 _POLL_S = 0.1
+#: Asks of other nodes at once. Each runs on a daemon thread of its own, not the loop's
+#: shared executor: a follower's poll is kept open for seconds, and must neither queue
+#: the node's other work done in threads (webhooks, secret reloads, member checks)
+#: behind it nor hold up the node's exit.
+MAX_ASKS = 16
 #: The states in which an attempt may still write to its log.
 _ACTIVE = frozenset({"assigned", "started"})
 
@@ -102,6 +109,7 @@ class LogOps:
         self.secret = secret
         self.tls_ca = tls_ca
         self.cluster_id = cluster_id
+        self._asks = asyncio.Semaphore(MAX_ASKS)
 
     def ops(self) -> dict[str, Op]:
         return {"run_log": self.run_log}
@@ -181,7 +189,8 @@ class LogOps:
         fwd = {k: v for k, v in args.items() if k in _ARGS}
         fwd.update(attempt=chosen.attempt, local=True)
         try:
-            reply = await asyncio.to_thread(self.ask, node, api, fwd)
+            async with self._asks:
+                reply = await _on_daemon_thread(self.ask, node, api, fwd)
         except RaftschedError as exc:
             if exc.code in ("unavailable", "not_ready", "wrong_cluster", "unauthenticated"):
                 raise NodeUnavailable(node, f"{where}, which does not answer at {api} "
@@ -194,6 +203,31 @@ class LogOps:
             raise NodeUnavailable(node, f"{where}, which does not answer at {api} "
                                         f"({exc.strerror or exc})") from None
         return dict(reply, **head)
+
+
+def _on_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+    """``fn(*args)`` on a daemon thread of its own; its result (or exception) as a future
+    of the running loop (nobody hears of it if the loop has closed meanwhile)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            if exc is None:
+                fut.set_result(value)
+            else:
+                fut.set_exception(exc)
+
+    def run() -> None:
+        try:
+            value, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            value, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop has closed
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=run, name="run-log-ask", daemon=True).start()
+    return fut
 
 
 _ARGS = ("run", "attempt", "stream", "offset", "limit", "wait")
