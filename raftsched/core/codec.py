@@ -19,6 +19,7 @@ import msgpack
 
 from raftsched.core.commands import COMMAND_VERSION, COMMAND_VERSIONS, Command
 from raftsched.core.errors import FrameTooLarge, ProtocolError
+from raftsched.core.httpspec import HttpSpec
 from raftsched.core.members import MemberRecord
 from raftsched.core.model import (
     NO_ENV,
@@ -234,6 +235,7 @@ def _encode_state(st: ClusterState) -> bytes:
         "nodes": nodes,
         "dedupe": [[k, v] for k, v in st.dedupe.items()],
         **_notify_snapshot(st),
+        **_http_snapshot(st),
         # Added after version 1 was released: readers of version 1 skip it.
         "members": [m.to_row() for _, m in sorted(st.members.items())],
     })
@@ -273,6 +275,23 @@ def state_version(blob: bytes) -> int | None:
     except (msgpack.OutOfData, ValueError, msgpack.UnpackException):
         pass
     return None
+
+
+def _http_snapshot(st: ClusterState) -> dict[str, Any]:
+    """The ``http`` key: the HTTP jobs' ``http`` tables, beside the spec rows (whose
+    shape every reader knows: such a job's row has neither command nor call). Only
+    when a job has one: a snapshot without HTTP jobs is byte for byte what it was."""
+    specs = [[job_id, r.spec.http.to_spec()]
+             for job_id, r in sorted(st.jobs.items()) if r.spec.http is not None]
+    return {"http": specs} if specs else {}
+
+
+def _http_restore(st: ClusterState, data: Any) -> None:
+    for job_id, spec in data if isinstance(data, list) else ():
+        rec = st.jobs.get(job_id)
+        if rec is not None:
+            # Validated again against the job's env, restored with its row.
+            rec.spec = replace(rec.spec, http=HttpSpec.from_spec(spec, rec.spec.env))
 
 
 def decode_state(blob: bytes) -> ClusterState:
@@ -341,6 +360,7 @@ def _decode_state(blob: bytes) -> ClusterState:
         node = NodeRecord.from_row(row)
         st.nodes[node.node_id] = node
     _notify_restore(st, rest.get("notify"))
+    _http_restore(st, rest.get("http"))
     for row in rest.get("members", ()):  # absent from snapshots written before it
         member = MemberRecord.from_row(row)
         st.members[member.node_id] = member

@@ -71,8 +71,8 @@ class UnknownRun(RaftschedError, LookupError):
 
     code = "unknown_run"
 
-    def __init__(self, run_id: str) -> None:
-        super().__init__(f"no active run with id {run_id!r}")
+    def __init__(self, run_id: str, problem: str | None = None) -> None:
+        super().__init__(problem or f"no active run with id {run_id!r}")
         self.run_id = run_id
 
 
@@ -168,6 +168,19 @@ class Unavailable(RaftschedError, ConnectionError):
     code = "unavailable"
 
 
+class NodeUnavailable(RaftschedError):
+    """What was asked for is on one node (a run's log), and that node does not answer.
+    Not a reason to ask another node: none has it. The message names the node."""
+
+    code = "node_unavailable"
+    #: The node (empty on a client, which rebuilds the error from its message).
+    node: str = ""
+
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(message)
+        self.node = node
+
+
 class WrongCluster(RaftschedError, ConnectionError):
     """The node belongs to another cluster than the one the client was told to use."""
 
@@ -228,6 +241,7 @@ _BY_CODE: dict[str, type[RaftschedError]] = {
         Unauthenticated,
         NotReady,
         Unavailable,
+        NodeUnavailable,
         WrongCluster,
     )
 }

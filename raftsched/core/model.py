@@ -15,6 +15,7 @@ from typing import Any
 
 from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
+from raftsched.core.httpspec import HttpSpec
 from raftsched.core.notify import NotifySpec
 from raftsched.core.trigger import (
     Schedule,
@@ -199,6 +200,7 @@ class JobSpec:
     :var paused: a paused job fires nothing.
     :var env: extra environment for the job process (values are never logged).
     :var notify: failure notifications of this job (None: the cluster default's).
+    :var http: the request the node makes, when neither ``command`` nor ``call`` is set.
     """
 
     id: str
@@ -215,6 +217,7 @@ class JobSpec:
     paused: bool = False
     env: dict[str, str] = field(default_factory=lambda: NO_ENV, hash=False, compare=True)
     notify: NotifySpec | None = None
+    http: HttpSpec | None = None
 
     @classmethod
     def from_spec(
@@ -234,13 +237,12 @@ class JobSpec:
         schedule = bounds_from_spec(spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
         command = _command(spec.get("command"))
         call = _call(spec.get("call"), allowed_call_prefixes)
-        if (command is None) == (call is None):
-            raise InvalidSpec("command", "give exactly one of command (argv) or call")
-        return cls(
-            id=job_id,
-            schedule=schedule,
-            command=command,
-            call=call,
+        has_http = spec.get("http") is not None
+        if (command is not None) + (call is not None) + has_http != 1:
+            raise InvalidSpec("command", "give exactly one of command (argv), call or http")
+        # Evaluated in this order: a spec with several problems names the same first one
+        # it always did (http, read last, names env values it needs parsed).
+        fields: dict[str, Any] = dict(
             timeout_ms=_duration(spec, "timeout", DEFAULT_TIMEOUT_MS, 1000, MAX_TIMEOUT_MS),
             overlap=_enum(spec, "overlap", Overlap, Overlap.skip),
             misfire=_misfire(spec.get("misfire")),
@@ -252,6 +254,9 @@ class JobSpec:
             env=_env(spec.get("env"), entering=allowed_call_prefixes is not None),
             notify=None if spec.get("notify") is None else NotifySpec.from_spec(spec["notify"]),
         )
+        if has_http:
+            fields["http"] = HttpSpec.from_spec(spec["http"], fields["env"])
+        return cls(id=job_id, schedule=schedule, command=command, call=call, **fields)
 
     def to_spec(self) -> dict[str, Any]:
         """The normalized, msgpack-friendly dict; defaults are written out in full."""
@@ -260,6 +265,9 @@ class JobSpec:
         out.update(bounds_to_spec(self.schedule))
         if self.command is not None:
             out["command"] = list(self.command)
+        elif self.http is not None:
+            # Only an HTTP job has the key: every other spec keeps its bytes.
+            out["http"] = self.http.to_spec()
         else:
             out["call"] = self.call
         out["timeout"] = format_duration(self.timeout_ms)
@@ -294,7 +302,7 @@ class JobSpec:
 #: version was validated against: see :func:`raftsched.core.jobs.late_one_shot`).
 FIELDS_BEFORE_BOUNDS = frozenset(
     {"id", "schedule", "command", "call", "timeout", "overlap", "misfire", "retries",
-     "on_node_lost", "tags", "jitter", "paused", "env", "notify"}
+     "on_node_lost", "tags", "jitter", "paused", "env", "notify", "http"}
 )
 _FIELDS = FIELDS_BEFORE_BOUNDS | {"start", "end"}
 

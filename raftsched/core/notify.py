@@ -78,7 +78,7 @@ class NotifySpec:
                     f"must be one of {' | '.join(OUTCOMES)}", str(item), OUTCOMES))
         url = value.get("url")
         if url is not None:
-            _check_url(url, f"{field}.url")
+            check_url(url, f"{field}.url")
         return cls(on=tuple(o for o in OUTCOMES if o in on), url=url)
 
     def to_spec(self) -> dict[str, Any]:
@@ -88,7 +88,8 @@ class NotifySpec:
         return out
 
 
-def _check_url(url: object, field: str) -> None:
+def check_url(url: object, field: str) -> None:
+    """Refuse ``url`` unless it is an http(s) URL with a host (``InvalidSpec(field)``)."""
     if not isinstance(url, str) or not 0 < len(url) <= MAX_URL \
             or any(c.isspace() or not c.isprintable() for c in url):
         raise InvalidSpec(field, f"must be an http(s) URL of at most {MAX_URL} chars")
@@ -279,5 +280,5 @@ def due(st: ClusterState, now_ms: int, skip: set[str], limit: int) -> list[Deliv
     return out
 
 
-__all__ = ["OUTCOMES", "Delivery", "NotifySpec", "NotifyState", "apply_default",
+__all__ = ["OUTCOMES", "Delivery", "check_url", "NotifySpec", "NotifyState", "apply_default",
            "apply_notified", "due", "effective", "on_outcome"]

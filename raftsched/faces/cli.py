@@ -38,7 +38,7 @@ DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 #: "the cluster is degraded or cannot answer" (no quorum, no node reachable).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 #: Error codes that mean the cluster (not the request) is the problem.
-UNAVAILABLE_CODES = frozenset({"not_ready", "unavailable"})
+UNAVAILABLE_CODES = frozenset({"not_ready", "unavailable", "node_unavailable"})
 
 # ------------------------------------------------------------------ commands
 
@@ -302,9 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_simple("runs", format_runs,
                                lambda a: {"job_id": a.id, "limit": a.limit}))
 
-    from raftsched.faces import cli_apply, cli_notify  # apply, job export; notify-key
+    from raftsched.faces import cli_apply, cli_logs, cli_notify  # apply, export; notify-key
     cli_apply.add_commands(sub, jsub, common)
     cli_notify.add_commands(sub, common)
+    cli_logs.add_commands(sub, common)
 
     from raftsched.faces.backupcli import add_parsers
     add_parsers(sub, common, _client)

@@ -24,8 +24,8 @@ from raftsched.core.errors import InvalidSpec, RaftschedError
 KEEP_VALUE = {"keep": True}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 #: Top-level fields in the order a job file lists them.
-_ORDER = ("id", "schedule", "start", "end", "command", "call", "timeout", "overlap", "misfire",
-          "retries", "on_node_lost", "tags", "jitter", "paused", "env")
+_ORDER = ("id", "schedule", "start", "end", "command", "call", "http", "timeout", "overlap",
+          "misfire", "retries", "on_node_lost", "tags", "jitter", "paused", "env")
 
 
 # ------------------------------------------------------------------ TOML out
@@ -75,11 +75,15 @@ def toml_job(spec: dict[str, Any]) -> str:
 def compact(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec without the fields left at their defaults (``env`` as given)."""
     from raftsched.core.model import JobSpec
-    base = {k: spec[k] for k in ("id", "schedule", "command", "call") if k in spec}
+    base: dict[str, Any] = {k: spec[k] for k in ("id", "schedule", "command", "call", "http")
+                            if k in spec}
     try:
-        defaults = JobSpec.from_spec(base, allowed_call_prefixes=None).to_spec()
+        # With env: an http table names env values (${NAME}) that must be there.
+        defaults = JobSpec.from_spec(dict(base, env=spec.get("env")),
+                                     allowed_call_prefixes=None).to_spec()
     except RaftschedError:
         return spec
+    defaults["env"] = {}
     return {k: v for k, v in spec.items() if k in base or defaults.get(k) != v}
 
 

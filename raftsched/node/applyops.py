@@ -35,8 +35,9 @@ CHANGED_MASK = ENV_MASK + " (changed)"
 #: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
 #: ``notify`` spec field, ``notify_default`` and ``notified``), ``lease`` (a
 #: ``release`` carrying ``hb``), ``certify`` (the ``certify`` command: death
-#: certificates) and ``bounds`` (the ``start``/``end`` spec fields).
-FEATURES = ("apply", "notify", "lease", "certify", "bounds")
+#: certificates), ``bounds`` (the ``start``/``end`` spec fields) and ``http`` (the
+#: ``http`` spec field: an older release refuses such a spec in its apply).
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http")
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 _SPEC_OPS = frozenset({"put_job", "put_jobs", "apply", "diff_apply"})
@@ -70,15 +71,17 @@ class Features:
 
     def check(self, op: str, args: dict[str, Any]) -> None:
         """Refuse a request whose command an older member could not apply (until every
-        member runs this release): ``apply``, and specs that use ``notify`` or bounds."""
+        member runs this release): ``apply``, and specs that use ``notify``, bounds or
+        ``http``."""
         needed = []
         if op in ("apply", "diff_apply"):
             needed.append("apply")
         if op in _SPEC_OPS:
             specs = args.get("specs") if op != "put_job" else [args.get("spec")]
-            if isinstance(specs, list) and any(isinstance(s, dict) and "notify" in s
-                                               for s in specs):
-                needed.append("notify")
+            for field in ("notify", "http"):
+                if isinstance(specs, list) and any(isinstance(s, dict) and field in s
+                                                   for s in specs):
+                    needed.append(field)
             if isinstance(specs, list) and any_bounds(specs):
                 needed.append("bounds")
         for feature in needed:

@@ -1,4 +1,6 @@
-"""What a Python callable printed or logged while it ran: the tail kept in its run record.
+"""What a Python callable printed or logged while it ran: the tail kept in its run record,
+and all of it in the run's log on this node (prints to stdout; stderr, logging and a
+traceback to stderr).
 
 A callable shares the process's ``sys.stdout``, ``sys.stderr`` and loggers with the
 app around it (the embedded Scheduler runs inside a web app). :func:`install` puts a
@@ -52,19 +54,25 @@ def mark_cut(text: str, limit: int, before: str | None = None) -> str:
 
 class Tail:
     """The last ``limit`` characters written, thread-safe (a callable may start threads
-    that inherit nothing, but its own thread and an async task write here)."""
+    that inherit nothing, but its own thread and an async task write here); with a
+    ``log`` (the run's :class:`~raftsched.node.runlog.RunLog`), all of it goes there
+    too, stdout and stderr apart."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, log: Any = None) -> None:
         self.limit = max(int(limit), 1)
+        self.log = log
         self._parts: list[str] = []
         self._size = 0
         #: The character before the kept text, once some was dropped (for mark_cut).
         self._before: str | None = None
         self._lock = threading.Lock()
 
-    def write(self, text: str) -> None:
+    def write(self, text: str, err: bool = False) -> None:
+        """Add ``text``, written to stdout (or to stderr, or logged: ``err``)."""
         if not text:
             return
+        if self.log is not None:
+            self.log.write(text.encode("utf-8", "replace"), err)
         with self._lock:
             self._parts.append(text)
             self._size += len(text)
@@ -83,13 +91,14 @@ class Tail:
 class _Proxy:
     """Writes go to the real stream and to the running run's tail, if any."""
 
-    def __init__(self, inner: TextIO) -> None:
+    def __init__(self, inner: TextIO, err: bool) -> None:
         self._inner = inner
+        self._err = err
 
     def write(self, text: str) -> int:
         tail = _current.get()
         if tail is not None and isinstance(text, str):
-            tail.write(text)
+            tail.write(text, self._err)
         return self._inner.write(text)
 
     def __getattr__(self, name: str) -> Any:
@@ -104,7 +113,8 @@ class _Handler(logging.Handler):
         if tail is None:
             return
         try:
-            tail.write(self.format(record) + "\n")
+            # Logging goes to stderr, as a process's would.
+            tail.write(self.format(record) + "\n", True)
         except Exception:  # noqa: BLE001 - logging must never break the run
             self.handleError(record)
 
@@ -115,9 +125,9 @@ def install() -> None:
     global _installed
     with _install_lock:
         if sys.stdout is not None and not isinstance(sys.stdout, _Proxy):
-            sys.stdout = _Proxy(sys.stdout)
+            sys.stdout = _Proxy(sys.stdout, False)
         if sys.stderr is not None and not isinstance(sys.stderr, _Proxy):
-            sys.stderr = _Proxy(sys.stderr)
+            sys.stderr = _Proxy(sys.stderr, True)
         if _installed:
             return
         _installed = True
@@ -142,7 +152,7 @@ def call(func: Any, tail: Tail, arg: Any) -> Any:
         try:
             return func(arg)
         except BaseException as exc:
-            tail.write(format_exception(exc))
+            tail.write(format_exception(exc), True)
             raise
 
 

@@ -54,6 +54,13 @@ DEFAULT_IDLE_TIMEOUT_MS = 300_000  # 5 min: leaked clients free their slots
 DEFAULT_MAX_PENDING_COMMANDS = 10_000  # beyond this answer "overloaded" rather than grow
 DEFAULT_OUTPUT_TAIL_BYTES = 4096  # the end of the output usually holds the error
 DEFAULT_HISTORY_LIMIT = 100  # a day of a 15-minute job, without unbounded growth
+#: Full run logs on the disk of the node that ran them (raftsched/node/runlog.py). A
+#: run's log is cut at 16 MiB (its tail still holds the end); a job keeps 64 MiB and
+#: at most as many runs' logs as the history shows; a node 1 GiB. Oldest removed first.
+DEFAULT_LOG_BYTES_PER_RUN = 16 * 1024 * 1024
+DEFAULT_LOG_BYTES_PER_JOB = 64 * 1024 * 1024
+DEFAULT_LOG_RUNS_PER_JOB = DEFAULT_HISTORY_LIMIT
+DEFAULT_LOG_BYTES_PER_NODE = 1024 * 1024 * 1024
 
 #: Rides out a GC pause or slow disk, yet a dead node's runs move on within seconds.
 DEFAULT_NODE_TIMEOUT_MS = 3000
@@ -98,6 +105,11 @@ class Limits:
     history_limit: finished runs kept per job.
     done_retention_ms: a finished one-shot (``at``) job is removed this long after its
         run's outcome; 0 (the default) keeps it, shown as done.
+    log_bytes_per_run: bytes of one run's full log (stdout and stderr) a node keeps on
+        disk; beyond, the rest is dropped (counted, and said at the log's end).
+    log_bytes_per_job / log_runs_per_job: a job's logs on one node; the oldest go first.
+    log_bytes_per_node: all logs on one node; the oldest go first. 0: no full logs
+        (only the tail in the run record).
     """
 
     max_jobs: int = DEFAULT_MAX_JOBS
@@ -109,6 +121,10 @@ class Limits:
     output_tail_bytes: int = DEFAULT_OUTPUT_TAIL_BYTES
     history_limit: int = DEFAULT_HISTORY_LIMIT
     done_retention_ms: int = 0
+    log_bytes_per_run: int = DEFAULT_LOG_BYTES_PER_RUN
+    log_bytes_per_job: int = DEFAULT_LOG_BYTES_PER_JOB
+    log_runs_per_job: int = DEFAULT_LOG_RUNS_PER_JOB
+    log_bytes_per_node: int = DEFAULT_LOG_BYTES_PER_NODE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,6 +234,8 @@ _LIMIT_INTS: dict[str, tuple[int, int]] = {
     "max_spec_bytes": (256, 64 * 1024 * 1024), "max_connections": (1, 65_536),
     "max_pending_commands": (1, 1_000_000), "output_tail_bytes": (1, 16 * 1024 * 1024),
     "history_limit": (1, 100_000),
+    "log_bytes_per_run": (1024, 1 << 40), "log_bytes_per_job": (1024, 1 << 40),
+    "log_runs_per_job": (1, 100_000), "log_bytes_per_node": (0, 1 << 44),
 }
 #: [timing] key -> (min ms, max ms); the record field is key + "_ms". See _parse_timing.
 _TIMING_KEYS: dict[str, tuple[int, int]] = {
@@ -287,6 +305,12 @@ def _parse_limits(raw: Any) -> Limits:
         if getattr(lim, key) >= lim.max_frame_bytes:
             raise ConfigError(f"limits.{key}",
                               f"must be below limits.max_frame_bytes ({lim.max_frame_bytes})")
+    # A run's log fits in its job's share, and a job's in the node's (0: no logs at all).
+    for key, bound in (("log_bytes_per_run", "log_bytes_per_job"),
+                       ("log_bytes_per_job", "log_bytes_per_node")):
+        if lim.log_bytes_per_node and getattr(lim, key) > getattr(lim, bound):
+            raise ConfigError(f"limits.{key}",
+                              f"must be at most limits.{bound} ({getattr(lim, bound)})")
     return lim
 
 

@@ -1,17 +1,19 @@
-"""Executing one run: an argv process in its own process group, or a Python callable.
+"""Executing one run: an argv process in its own process group, a Python callable, or
+an HTTP request (raftsched/node/httpjob.py).
 
 The process gets the contract environment (``RAFTSCHED_JOB_ID``, ``RAFTSCHED_RUN_ID``,
 ``RAFTSCHED_SCHEDULED_AT``, ``RAFTSCHED_FENCE``, ``RAFTSCHED_ATTEMPT``,
 ``RAFTSCHED_NODE_ID``) on top of the node's environment minus the cluster secret,
 plus the job's ``env``. No shell is involved unless the argv names one. A timeout
-sends SIGTERM to the whole group, then SIGKILL after a grace. Only a bounded tail of
-stdout/stderr is kept.
+sends SIGTERM to the whole group, then SIGKILL after a grace. A bounded tail of the
+output goes into the run record; all of it (up to the node's log limits) into the
+run's log on this node (raftsched/node/runlog.py), stdout and stderr apart, the job's
+env values masked in both (raftsched/node/output.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import errno
 import functools
@@ -27,8 +29,11 @@ from typing import Any
 
 from raftsched.core.claims import MAX_TAIL
 from raftsched.core.model import ENV_MASK, JobSpec
-from raftsched.node import callpool, capture
+from raftsched.node import callpool, capture, httpjob
 from raftsched.node.guard import Guard
+from raftsched.node.output import ByteTail, Output
+from raftsched.node.runlog import RunLog, RunLogs
+from raftsched.node.spawn import Process, spawn
 
 #: Python callables run on this many threads per node at most (sync functions).
 _CALL_THREADS = 64
@@ -103,7 +108,7 @@ class Execution:
 
     def __init__(self, *, spec: JobSpec, ctx: RunContext, base_env: dict[str, str],
                  tail_bytes: int, allowed: tuple[str, ...] | None, kill_grace_s: float,
-                 guard: Guard | None = None) -> None:
+                 guard: Guard | None = None, logs: RunLogs | None = None) -> None:
         self.spec = spec
         self.ctx = ctx
         self.base_env = base_env
@@ -113,7 +118,10 @@ class Execution:
         self.allowed = allowed
         self.kill_grace_s = kill_grace_s
         self.guard = guard
-        self.proc: _Process | None = None
+        self.logs = logs
+        #: The run's full log on this node, opened by start() (None: logs are off).
+        self.log: RunLog | None = None
+        self.proc: Process | None = None
         self.task: asyncio.Task[Any] | None = None
         self.stopped = False
         self.stop_reason = ""
@@ -132,6 +140,10 @@ class Execution:
         A sync callable is handed to the thread pool with a done-callback and a timer
         instead of a task awaiting futures: at thousands of runs starting in the same
         instant, the per-run event-loop work is what shows as scheduling lag."""
+        if self.logs is not None:
+            self.log = self.output.log = self.logs.open(self.ctx.run_id, self.ctx.attempt)
+        if self.log is not None:
+            on_done = functools.partial(_closing, self.log, on_done)
         try:
             func = resolve_callable(self.spec.call, self.allowed) if self.spec.call else None
         except Exception as exc:  # noqa: BLE001 - a bad call is the run's failure
@@ -182,6 +194,8 @@ class Execution:
         try:
             if self.spec.command is not None:
                 return await self._run_argv()
+            if self.spec.http is not None:
+                return await self._run_http()
             return await self._run_call()
         except Exception as exc:  # noqa: BLE001 - a job's failure must not hurt the node
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
@@ -226,10 +240,11 @@ class Execution:
         env.update(self.spec.env)
         env.update(self.ctx.environ())
         assert self.spec.command is not None
-        tail = _ByteTail(self.tail_bytes)
+        output = Output(ByteTail(self.tail_bytes), self.log, self.spec.env.values())
         try:
-            self.proc, reader = await _spawn(list(self.spec.command), env, self.guard,
-                                             self.ctx, tail)
+            self.proc, reader = await spawn(list(self.spec.command), env, self.guard,
+                                            fence=self.ctx.fence, run_id=self.ctx.run_id,
+                                            output=output)
         except OSError as exc:
             return ExecutionResult(outcome="failed", exit_code=None, tail="",
                                    reason=_cannot_execute(self.spec.command[0], exc, env))
@@ -255,8 +270,9 @@ class Execution:
         except (TimeoutError, asyncio.CancelledError):
             reader.cancel()
         proc.done()
+        output.finish()
         code = proc.returncode
-        text = tail.text()
+        text = output.text()
         if proc.killed is not None and code == -signal.SIGKILL and not timed_out:
             # Killed by the guard while this node was frozen (before any self-fence that
             # followed once it ran again): the cluster may have moved the run.
@@ -273,6 +289,41 @@ class Execution:
         return ExecutionResult(outcome="failed", exit_code=code, tail=text,
                                reason=f"exit {code}" if code is not None and code >= 0
                                else f"killed by signal {-(code or 0)}")
+
+    async def _run_http(self) -> ExecutionResult:
+        """An HTTP job: the request as a task on the node's loop (stop() cancels it).
+        Like a callable, it lives and dies with the node process; the fence it sends
+        lets its receiver refuse a stale attempt."""
+        http = self.spec.http
+        assert http is not None
+        if self.stopped:
+            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                   reason=self.stop_reason)
+        output = Output(ByteTail(self.tail_bytes), self.log, self.spec.env.values())
+        timeout_ms = min(self.spec.timeout_ms, http.timeout_ms or self.spec.timeout_ms)
+        self.task = asyncio.ensure_future(httpjob.request(http, self.ctx, self.spec.env,
+                                                          output))
+        try:
+            status, reason = await asyncio.wait_for(asyncio.shield(self.task),
+                                                    timeout_ms / 1000)
+        except TimeoutError:
+            self.task.cancel()
+            output.finish()
+            return ExecutionResult(outcome="timed_out", exit_code=None, tail=output.text(),
+                                   reason=f"timeout {timeout_ms / 1000:g}s")
+        except asyncio.CancelledError:
+            if not self.stopped:
+                raise
+            output.finish()
+            return ExecutionResult(outcome="lost", exit_code=None, tail=output.text(),
+                                   reason=self.stop_reason)
+        except httpjob.RequestFailed as exc:
+            output.finish()
+            return ExecutionResult(outcome="failed", exit_code=None, tail=output.text(),
+                                   reason=exc.reason)
+        output.finish()
+        return ExecutionResult(outcome="succeeded" if http.succeeded(status) else "failed",
+                               exit_code=None, tail=output.text(), reason=reason)
 
     async def _run_call(self) -> ExecutionResult:
         """An ``async def`` callable, as a task on the node's loop (sync ones go to the
@@ -349,39 +400,21 @@ async def _contained(func: Any, ctx: RunContext, tail: capture.Tail) -> Any:
             raise
 
 
+def _closing(log: RunLog, on_done: Callable[[ExecutionResult], None],
+             result: ExecutionResult) -> None:
+    """The run ended: its log is complete (a callable's abandoned thread writes no more
+    into it), then the worker hears of the outcome."""
+    log.close()
+    on_done(result)
+
+
+#: Kept importable from here (it moved to output.py with the output it keeps).
+_ByteTail = ByteTail
+
+
 def _with_value(output: capture.Tail, value: Any) -> str:
     """The output tail, then what the callable returned (if anything)."""
     return output.text("" if value is None else str(value))
-
-
-class _ByteTail:
-    """The last ``limit`` bytes of a process's output, decoded with a mark where the
-    output was cut (:func:`capture.mark_cut`)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.kept = bytearray()
-        #: The byte before the kept ones, once some were dropped.
-        self.before: int | None = None
-
-    def add(self, chunk: bytes) -> None:
-        self.kept.extend(chunk)
-        extra = len(self.kept) - self.limit
-        if extra > 0:
-            self.before = self.kept[extra - 1]
-            del self.kept[:extra]
-
-    def text(self) -> str:
-        kept, before = bytes(self.kept), self.before
-        if before is not None:
-            # A character the cut split would decode as U+FFFD: start after it.
-            start = 0
-            while start < min(len(kept), 3) and 0x80 <= kept[start] < 0xC0:
-                start += 1
-            if start:
-                kept, before = kept[start:], kept[start - 1]
-        return capture.mark_cut(kept.decode("utf-8", "replace"), self.limit,
-                                None if before is None else chr(before))
 
 
 def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:
@@ -412,96 +445,3 @@ def _cannot_execute(program: str, exc: OSError, env: dict[str, str]) -> str:
         # Looked up on the PATH the job gets (the node's, unless the job sets its own).
         reason += f" (not found on PATH={env.get('PATH', os.defpath)})"
     return reason if len(reason) <= 200 else reason[:197] + "..."
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-class _Process:
-    """A job process, spawned by the guard (the node's child subreaper, see guard.py) or,
-    without a guard, by the node itself."""
-
-    def __init__(self, pid: int, *, guard: Guard | None,
-                 local: asyncio.subprocess.Process | None = None) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        #: The guard's reason when the guard killed it (this node was frozen).
-        self.killed: str | None = None
-        self._guard = guard
-        self._local = local
-        self._exit = guard.exited(pid) if guard is not None else None
-
-    async def wait(self) -> int:
-        if self._exit is not None:
-            ex = await asyncio.shield(self._exit)
-            self.returncode, self.killed = ex.code, ex.killed
-            return ex.code
-        assert self._local is not None
-        code = await self._local.wait()
-        self.returncode = code
-        return code
-
-    def signal_group(self, sig: int) -> None:
-        """Signal its process group; through the guard, which knows when it was reaped
-        (after that its id may be someone else's)."""
-        if self._guard is not None:
-            self._guard.kill(self.pid, sig)
-        else:
-            _signal_group(self.pid, sig)
-
-    def done(self) -> None:
-        if self._guard is not None:
-            self._guard.forget(self.pid)
-
-
-async def _spawn(argv: list[str], env: dict[str, str], guard: Guard | None, ctx: RunContext,
-                 tail: _ByteTail) -> tuple[_Process, asyncio.Future[None]]:
-    """Start ``argv`` in its own session with stdout and stderr into ``tail``; the
-    process and the task reading its output."""
-    loop = asyncio.get_running_loop()
-    if guard is None or not guard.alive:
-        local = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-            # No preexec_fn: Python code between fork and exec in a threaded process can
-            # deadlock on a lock another thread held at the fork (seen under libfaketime).
-            start_new_session=True)
-        assert local.stdout is not None
-        return (_Process(local.pid, guard=None, local=local),
-                asyncio.ensure_future(_read(local.stdout, tail)))
-    r, w = os.pipe()
-    try:
-        try:
-            pid = await guard.spawn(argv, env, w, fence=ctx.fence, run_id=ctx.run_id)
-        finally:
-            os.close(w)  # the guard holds its own copy now (passed over the socket)
-    except BaseException:
-        os.close(r)
-        raise
-    proc = _Process(pid, guard=guard)
-    stream = asyncio.StreamReader(limit=1 << 16, loop=loop)
-    pipe = os.fdopen(r, "rb", buffering=0)
-    try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stream, loop=loop), pipe)
-    except BaseException:
-        pipe.close()
-        raise
-
-    async def read() -> None:
-        try:
-            await _read(stream, tail)
-        finally:
-            transport.close()
-
-    return proc, asyncio.ensure_future(read())
-
-
-async def _read(stream: asyncio.StreamReader, tail: _ByteTail) -> None:
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            return
-        tail.add(chunk)
-

@@ -9,14 +9,15 @@ its jobs running as orphans. The guard is the node's child, in its own session: 
 freeze or a death of the node does not reach it.
 
 Why the guard spawns the jobs. Every job process is forked by the guard (the node sends
-it the argv, the environment and the write end of the output pipe), and the guard is a
-*child subreaper* (``PR_SET_CHILD_SUBREAPER``): a job's descendant whose parent dies —
-a daemon that double-forks, a grandchild in its own session — is re-parented to the
-guard, not to init. So every process the node ever caused to run is, at any moment, a
-descendant of the guard, and once the node is gone, killing the guard's children until
-it has none (``waitpid`` reports ``ECHILD``) proves that none of them runs. No process
-can be started for the node after that: only the node asks the guard to spawn, and the
-node is dead (the kernel closed its end of the socket: that is how the guard knows).
+it the argv, the environment and the write ends of the stdout and stderr pipes), and
+the guard is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): a job's descendant
+whose parent dies — a daemon that double-forks, a grandchild in its own session — is
+re-parented to the guard, not to init. So every process the node ever caused to run
+is, at any moment, a descendant of the guard, and once the node is gone, killing the
+guard's children until it has none (``waitpid`` reports ``ECHILD``) proves that none
+of them runs. No process can be started for the node after that: only the node asks
+the guard to spawn, and the node is dead (the kernel closed its end of the socket:
+that is how the guard knows).
 
 The certificate. Then the guard sends ``certify(node, incarnation)`` to any member it
 can reach, authenticated with the cluster secret (the API handshake, and an HMAC of the
@@ -212,10 +213,13 @@ def _spawn(g: _GuardState, msg: dict[str, Any], fds: list[int],
            pack: Callable[[Any], bytes]) -> None:
     req = msg.get("id")
     out = fds[0] if fds else subprocess.DEVNULL
+    # A second fd is the job's stderr (kept apart in its log); with one, both streams
+    # share it, as they always did.
+    err = fds[1] if len(fds) > 1 else subprocess.STDOUT
     try:
         proc = subprocess.Popen(
             msg["argv"], env=msg["env"], stdin=subprocess.DEVNULL, stdout=out,
-            stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            stderr=err, start_new_session=True, close_fds=True)
     except OSError as exc:
         _send(g, pack({"t": "refused", "id": req, "errno": exc.errno or 0,
                        "error": exc.strerror or str(exc), "filename": exc.filename}))
@@ -412,10 +416,11 @@ class Guard:
             self._send({"t": "deadline", "at": monotonic_s})
 
     async def spawn(self, argv: list[str], env: Mapping[str, str], output_fd: int, *,
-                    fence: int, run_id: str) -> int:
-        """Have the guard start ``argv`` in its own session with stdout and stderr on
-        ``output_fd``; its pid. Raises :class:`OSError` as :class:`subprocess.Popen`
-        would (a missing program, permissions)."""
+                    fence: int, run_id: str, err_fd: int | None = None) -> int:
+        """Have the guard start ``argv`` in its own session with stdout on ``output_fd``
+        and stderr on ``err_fd`` (None: on ``output_fd`` too); its pid. Raises
+        :class:`OSError` as :class:`subprocess.Popen` would (a missing program,
+        permissions)."""
         assert self._loop is not None
         self._next_id += 1
         req = self._next_id
@@ -423,7 +428,8 @@ class Guard:
         self._spawns[req] = fut
         try:
             self._send({"t": "spawn", "id": req, "argv": list(argv), "env": dict(env),
-                        "fence": fence, "run": run_id}, (output_fd,))
+                        "fence": fence, "run": run_id},
+                       (output_fd,) if err_fd is None else (output_fd, err_fd))
             return await fut
         finally:
             self._spawns.pop(req, None)

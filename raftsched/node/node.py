@@ -71,10 +71,12 @@ from raftsched.node.guard import Guard
 from raftsched.node.jobops import JobOps, Op
 from raftsched.node.leaderloop import LeaderLoop
 from raftsched.node.liveness import Liveness
+from raftsched.node.logops import LogOps
 from raftsched.node.loopsnapshot import LoopSnapshot
 from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
 from raftsched.node.readpace import ReadPacer
 from raftsched.node.reads import ReadBarrier
+from raftsched.node.runlog import LogLimits, RunLogs
 from raftsched.node.secrets import SecretSource
 from raftsched.node.status import StatusView
 from raftsched.node.worker import WorkerPool, WorkerStatistics
@@ -167,6 +169,8 @@ class Node:
         except OSError as exc:
             log.warning("no guard process (%s): a frozen node's jobs keep running", exc)
             self.guard = None
+        #: The full logs of the runs this node executes (runlog.py).
+        self.logs = RunLogs(os.path.join(node_dir, "logs"), LogLimits.of(cfg.limits))
         self.worker = WorkerPool(
             node_id=node_id, raft=self.raft, slots=self.me.workers,
             output_tail_bytes=cfg.limits.output_tail_bytes,
@@ -174,14 +178,18 @@ class Node:
             on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
-            guard=self.guard,
+            guard=self.guard, logs=self.logs,
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
         #: The live feed of the HTTP event streams (feed.py).
         self.feed = LiveFeed(node_id)
+        features: tuple[str, ...] = applyops.FEATURES
+        if self.fault == "announce_no_http":
+            # Test-only (RAFTSCHED_FAULT): a member of the release before HTTP jobs.
+            features = tuple(f for f in features if f != "http")
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=applyops.FEATURES, fault=self.fault,
+                                 features=features, fault=self.fault,
                                  on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
@@ -223,6 +231,10 @@ class Node:
         cluster = ClusterOps(raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg,
                              node_ids=self.raft_to_id.values,
                              build_status=status.build)
+        #: ``run_log``, served here or asked of the node that ran the attempt (logops.py).
+        self.log_ops = LogOps(raft=self.raft, reads=self.reads, logs=self.logs,
+                              node_id=node_id, secret=lambda: self.secret,
+                              tls_ca=cfg.tls_ca, cluster_id=lambda: self.cluster_id)
         #: The API operations, by name: one explicit table (the API router is handle()).
         self.ops: dict[str, Op] = {
             **self.jobs.ops(), **cluster.ops(),
@@ -237,6 +249,7 @@ class Node:
                 raft=self.raft, writes=self.writes, node_id=node_id, boot=self.boot_ms,
                 secrets=lambda: list(self.secrets.current), cluster_id=lambda: self.cluster_id,
                 missing_feature=self.features.missing).ops(),
+            **self.log_ops.ops(),
         }
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=None,
@@ -394,6 +407,7 @@ class Node:
                  asyncio.create_task(self.leader.run(), name="leader"),
                  asyncio.create_task(self.notifier.run(), name="notifier"),
                  asyncio.create_task(self._live(), name="heartbeat"),
+                 asyncio.create_task(self.log_ops.adopt(), name="logs"),
                  asyncio.create_task(membercheck.watch(membercheck.MemberCheck(
                      cfg=self.cfg, node_id=self.node_id, raft=self.raft,
                      secret=lambda: self.secret, fatal=self._fatal)), name="membercheck"),

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from raftsched.core.state import ClusterState
     from raftsched.node.guard import Guard
     from raftsched.node.raft import RaftNode
+    from raftsched.node.runlog import RunLogs
 
 log = logging.getLogger("raftsched.worker")
 
@@ -108,7 +109,7 @@ class WorkerPool(WorkerCommits):
                  base_env: dict[str, str], on_started: Any = None, fault: str = "",
                  prestart_ms: int = 0, fence_grace_s: float | None = None,
                  guard: Guard | None = None, lease: Callable[[], float] | None = None,
-                 lease_s: float = float("inf")) -> None:
+                 lease_s: float = float("inf"), logs: RunLogs | None = None) -> None:
         self.node_id = node_id
         self.raft = raft
         self.slots = slots
@@ -119,6 +120,8 @@ class WorkerPool(WorkerCommits):
         # whatever its SIGTERM handler does: its SIGKILL comes sooner than a stop's.
         self.fence_grace_s = min(kill_grace_s, fence_grace_s or kill_grace_s)
         self.guard = guard
+        #: Where runs' full logs go on this node (None: nowhere).
+        self.logs = logs
         # lease() is the send time (monotonic) of this node's newest acknowledged
         # heartbeat; a run is spawned only within lease_s of it (see _may_spawn).
         self.lease = lease
@@ -400,7 +403,8 @@ class WorkerPool(WorkerCommits):
                          fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
                                   tail_bytes=self.tail_bytes, allowed=self.allowed,
-                                  kill_grace_s=self.kill_grace_s, guard=self.guard)
+                                  kill_grace_s=self.kill_grace_s, guard=self.guard,
+                                  logs=self.logs)
         # One timer per start instant, not one sleeping task per run: a thousand runs
         # due at the same second then cost one wake-up.
         group = self._at.get(loc.start_at_ms)

@@ -160,6 +160,35 @@ class Client(NodeConnection):
         extra = {} if before is None else {"before": before}
         return self.call("runs", id=job_id, limit=limit, **_stale(stale), **extra)
 
+    def run_log(self, run_id: str, *, stderr: bool = False, offset: int = 0,
+                limit: int | None = None, attempt: int | None = None,
+                wait: float = 0.0) -> Any:
+        """A chunk of a run's full log (stdout, or ``stderr``), from the node that ran the
+        attempt (the newest one that ran, or ``attempt``): ``data`` (bytes), its
+        ``offset`` (negative asks for the end), ``next_offset``, the stream's ``size``,
+        ``sizes`` of both streams, ``node``, ``attempt``, and ``done`` (the log will not
+        grow); ``wait`` (<= 10 s) keeps the call open until there is more or the end."""
+        args: dict[str, Any] = {"run": run_id, "stream": "stderr" if stderr else "stdout",
+                                "offset": offset, "wait": wait}
+        if limit is not None:
+            args["limit"] = limit
+        if attempt is not None:
+            args["attempt"] = attempt
+        return self.call("run_log", **args)
+
+    def read_log(self, run_id: str, *, stderr: bool = False,
+                 attempt: int | None = None) -> bytes:
+        """The whole log of a run's stream as it is now (see :meth:`run_log`)."""
+        parts: list[bytes] = []
+        offset = 0
+        while True:
+            reply = self.run_log(run_id, stderr=stderr, offset=offset, attempt=attempt)
+            parts.append(reply["data"])
+            attempt = reply["attempt"]  # the same attempt for every chunk
+            if not reply["data"] or reply["next_offset"] >= reply["size"]:
+                return b"".join(parts)
+            offset = reply["next_offset"]
+
     def next_fires(self, job_id: str | None = None, *, spec: dict[str, Any] | None = None,
                    count: int = 5) -> Any:
         """The next ``count`` fire times of a job (or of a spec not stored), in words too."""

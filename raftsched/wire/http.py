@@ -47,7 +47,7 @@ STATUS_OF: dict[str, int] = {
     "unauthenticated": 401, "forbidden": 403, "stale_fence": 409,
     "unknown_job": 404, "unknown_run": 404, "not_found": 404, "conflict": 409,
     "frame_too_large": 413, "limit_exceeded": 429, "overloaded": 429,
-    "not_ready": 503, "unavailable": 503, "wrong_cluster": 503,
+    "not_ready": 503, "unavailable": 503, "wrong_cluster": 503, "node_unavailable": 503,
 }
 #: Events a slow SSE client may have unread before it is dropped.
 SSE_QUEUE = 256
@@ -92,6 +92,15 @@ def _query_int(request: web.Request, key: str) -> Any:
     return raw
 
 
+def _query_float(request: web.Request, key: str) -> Any:
+    raw = request.query.get(key)
+    if raw is None:
+        return None
+    with contextlib.suppress(ValueError):
+        return float(raw)
+    return raw
+
+
 def _query_bool(request: web.Request, key: str) -> Any:
     raw = request.query.get(key)
     return {"true": True, "1": True, "false": False, "0": False}.get(raw, raw) \
@@ -130,6 +139,7 @@ class HttpServer:
         r.add_post("/api/v1/jobs/{id}/trigger", self._simple("trigger", ("force",)))
         r.add_get("/api/v1/jobs/{id}/runs", self._runs)
         r.add_get("/api/v1/jobs/{id}/next", self._next)
+        r.add_get("/api/v1/runs/{run}/logs", self._run_log)
         r.add_post("/api/v1/preview", self._preview)
         r.add_get("/api/v1/status", self._status)
         r.add_get("/api/v1/token", self._token)
@@ -313,6 +323,18 @@ class HttpServer:
         return await self._call("next_fires", {"id": request.match_info["id"],
                                                "count": _query_int(request, "count"),
                                                "stale": _query_bool(request, "stale")})
+
+    async def _run_log(self, request: web.Request) -> web.Response:
+        """A chunk of a run's full log (the msgpack op's reply, its bytes as ``text``:
+        UTF-8, an undecodable byte as U+FFFD; chunks end on whole characters)."""
+        result = await self._handler("run_log", {k: v for k, v in {
+            "run": request.match_info["run"], "stream": request.query.get("stream"),
+            "offset": _query_int(request, "offset"), "limit": _query_int(request, "limit"),
+            "attempt": _query_int(request, "attempt"),
+            "wait": _query_float(request, "wait")}.items() if v is not None})
+        data = result.pop("data", b"")
+        result["text"] = data.decode("utf-8", "replace") if isinstance(data, bytes) else ""
+        return _json(result)
 
     async def _token(self, request: web.Request) -> web.Response:
         """What the presented token may do (the dashboard shows buttons accordingly)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from raftsched.core.httpspec import METHODS
+
 _NULLABLE_INT = {"type": ["integer", "null"]}
 _NULLABLE_STR = {"type": ["string", "null"]}
 
@@ -31,7 +33,20 @@ SCHEMAS: dict[str, Any] = {
                                "description": "No fire time after it (RFC 3339); after "
                                               "it the job is done."},
                        "command": {"type": "array", "items": {"type": "string"}},
+                       "call": {"type": "string"},
+                       "http": {"$ref": "#/components/schemas/HttpSpec"},
                        "paused": {"type": "boolean"}}},
+    "HttpSpec": {
+        "type": "object", "required": ["url"],
+        "description": "An HTTP job's request (instead of command or call); header values "
+                       "and the body may name env values as ${NAME}.",
+        "properties": {"url": {"type": "string"},
+                       "method": {"enum": list(METHODS)},
+                       "headers": {"type": "object",
+                                   "additionalProperties": {"type": "string"}},
+                       "body": {"type": "string"}, "timeout": {"type": "string"},
+                       "expect": {"type": "array", "items": {"type": "integer"}},
+                       "ca": {"type": "string"}}},
     "Last": {
         "type": ["object", "null"],
         "properties": {"run_id": {"type": "string"}, "state": {"type": "string"},
@@ -95,6 +110,27 @@ SCHEMAS: dict[str, Any] = {
         "properties": {"job": {"type": "string"},
                        "runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},
                        "stale": {"type": "boolean"}}},
+    "RunLog": {
+        "type": "object",
+        "required": ["run_id", "job_id", "attempt", "attempts", "node", "state", "stream",
+                     "offset", "next_offset", "size", "sizes", "text", "done"],
+        "description": "A chunk of one stream of a run's full log, read from the node "
+                       "that ran the attempt. Poll on with offset=next_offset until done.",
+        "properties": {
+            "run_id": {"type": "string"}, "job_id": {"type": "string"},
+            "attempt": {"type": "integer"},
+            "attempts": {"type": "array", "items": {"type": "integer"}},
+            "node": {**_NULLABLE_STR, "description": "the node that ran the attempt (null: "
+                                                     "never placed on one)"},
+            "state": {"type": "string"}, "stream": {"enum": ["stdout", "stderr"]},
+            "offset": {"type": "integer"}, "next_offset": {"type": "integer"},
+            "size": {"type": "integer", "description": "the stream's bytes so far"},
+            "sizes": {"type": "object", "properties": {"stdout": {"type": "integer"},
+                                                       "stderr": {"type": "integer"}}},
+            "text": {"type": "string"},
+            "done": {"type": "boolean", "description": "the log will not grow any more"},
+            "removed": {**_NULLABLE_STR, "description": "the limit that removed this log "
+                                                        "from its node, if one did"}}},
     "NextFires": {
         "type": "object", "required": ["schedule", "tz", "description", "fires", "paused"],
         "properties": {
@@ -142,8 +178,10 @@ _ERRORS = {str(code): _json("Error", text) for code, text in (
     (400, "invalid_spec / invalid_argument: the message names the field"),
     (401, "unauthenticated: no or a wrong bearer token"),
     (403, "forbidden: a read-only token tried to write"),
-    (404, "unknown_job"), (409, "conflict"), (413, "frame_too_large"),
-    (429, "limit_exceeded / overloaded"), (503, "not_ready / unavailable: no quorum"))}
+    (404, "unknown_job / unknown_run"), (409, "conflict"), (413, "frame_too_large"),
+    (429, "limit_exceeded / overloaded"),
+    (503, "not_ready / unavailable: no quorum; node_unavailable: the node holding it is "
+          "down"))}
 
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 _STALE = {"name": "stale", "in": "query", "schema": {"type": "boolean"},
@@ -208,6 +246,21 @@ PATHS: dict[str, Any] = {
         "The job's next fire times (its zone and UTC, DST days marked) and the schedule in "
         "words", {"200": _json("NextFires")},
         params=[_ID, {"name": "count", "in": "query", "schema": {"type": "integer"}}, _STALE])},
+    "/api/v1/runs/{run}/logs": {"get": _op(
+        "A run's full log (one stream, a chunk at a time), fetched from the node that ran "
+        "it; 503 node_unavailable names that node when it does not answer",
+        {"200": _json("RunLog")}, params=[
+            {"name": "run", "in": "path", "required": True, "schema": {"type": "string"},
+             "description": "the run id, <job_id>@<scheduled_ms>"},
+            {"name": "stream", "in": "query", "schema": {"enum": ["stdout", "stderr"]}},
+            {"name": "offset", "in": "query", "schema": {"type": "integer"},
+             "description": "where to start; negative: that many bytes before the end"},
+            {"name": "limit", "in": "query", "schema": {"type": "integer"},
+             "description": "bytes at most (default 262144, at most 1048576)"},
+            {"name": "attempt", "in": "query", "schema": {"type": "integer"},
+             "description": "default: the newest attempt that ran"},
+            {"name": "wait", "in": "query", "schema": {"type": "number"},
+             "description": "seconds (<= 10) to wait for more output before answering"}])},
     "/api/v1/preview": {"post": _op(
         "Next fire times of a spec that is not stored (needs only a read token)",
         {"200": _json("NextFires")}, extra={"requestBody": {"content": {"application/json": {

@@ -45,7 +45,7 @@ ADMIN, READ = "admin", "read"
 #: Ops a read-only credential may call (besides hello, auth and ping).
 READ_OPS = frozenset({"status", "get_job", "list_jobs", "runs", "members", "next_fires",
                       "diff_apply",
-                      "preview_put"})
+                      "preview_put", "run_log"})
 RO_PREFIX = "ro1."
 _CLIENT_LABEL = b"raftsched v2 client proof"
 _SERVER_LABEL = b"raftsched v2 server proof"

@@ -357,3 +357,65 @@ def test_a_read_only_token_gets_no_buttons_and_a_bad_one_the_form(
     click(browser, "#token-form button")
     wait_until(lambda: browser.find_element(By.ID, "role").text == "admin", UI_S,
                "admin after pasting the token")
+
+
+def test_a_run_s_full_log_from_its_row_and_an_http_job_s_request(
+        cluster: Cluster, browser: Any, shots: str) -> None:
+    """Issue 32: a run row's ``log`` button shows the run's full log (read from the node
+    that ran it, whichever node serves the page), stdout or stderr; an HTTP job is
+    marked in the overview and its page says what it requests."""
+    from tests.integration.receiver import Receiver
+
+    receiver = Receiver()
+    try:
+        receiver.answers["/hook"] = lambda req: (200, b"hook answered " +
+                                                 req["headers"]["raftsched-run-id"].encode())
+        status, body, _ = request(cluster.http["n1"], "PUT", "/api/v1/jobs/hook", TOK["admin"],
+                                  {"schedule": {"at": "2099-01-01T00:00:00Z"},
+                                   "http": {"url": receiver.url("/hook"), "expect": [200]}})
+        assert status in (200, 201), body
+        cluster.wait_leader()
+        node = next(n for n in cluster.ids if cluster.alive(n))
+        wait_serving(cluster.http[node], UI_S)
+        base = f"http://{cluster.http[node]}/"
+        browser.get(base + "#/")
+        browser.execute_script("sessionStorage.clear()")
+        browser.get(base + f"#token={TOK['read']}")
+        wait_until(lambda: cell(browser, "hook", ".kind") == "http", UI_S, "hook marked http")
+        status, trig, _ = request(cluster.http["n1"], "POST", "/api/v1/jobs/hook/trigger",
+                                  TOK["admin"], {})
+        assert status == 200, trig
+        wait_until(lambda: any(r["state"] == "succeeded"
+                               for r in api(cluster, "/api/v1/jobs/hook/runs")["runs"]),
+                   UI_S, "hook's run succeeded")
+        browser.get(base + "#/jobs/hook")
+        wait_until(lambda: browser.find_element(By.ID, "job-exec").text ==
+                   f"HTTP: GET {receiver.url('/hook')}, succeeds on status 200", UI_S,
+                   "the request on hook's page")
+        click(browser, f'#runs tbody tr[data-run="{trig["run_id"]}"] button.log')
+        wait_until(lambda: browser.find_element(By.ID, "log-text").text ==
+                   f"hook answered {trig['run_id']}", UI_S, "hook's log: the response body")
+        assert "complete" in browser.find_element(By.ID, "log-state").text
+        # flaky writes to stderr only: its stdout is empty, its stderr has the line.
+        browser.get(base + "#/jobs/flaky")
+        failed = '#runs tbody tr[data-state="failed"] button.log'
+        wait_until(lambda: browser.find_elements(By.CSS_SELECTOR, failed), UI_S,
+                   "flaky's failed runs with logs")
+        click(browser, failed)
+        wait_until(lambda: "bytes on stderr" in browser.find_element(By.ID, "log-state").text,
+                   UI_S, "the stdout view saying stderr has output")
+        click(browser, "#log-stderr")
+        wait_until(lambda: browser.find_element(By.ID, "log-text").text == "boom", UI_S,
+                   "flaky's stderr")
+        # The runs table is re-rendered every 2 s (rows replaced); the log stays open.
+        browser.execute_script("document.querySelector('#runs tbody tr').dataset.old = '1'")
+        wait_until(lambda: not browser.find_elements(By.CSS_SELECTOR, "#runs tr[data-old]"),
+                   UI_S, "the runs table re-rendered")
+        assert browser.find_element(By.ID, "run-log").is_displayed()
+        assert browser.find_element(By.ID, "log-text").text == "boom"
+        browser.execute_script("document.getElementById('timeline').scrollIntoView()")
+        browser.save_screenshot(os.path.join(shots, "dashboard-log.png"))
+        click(browser, "#log-close")
+        assert not browser.find_element(By.ID, "run-log").is_displayed()
+    finally:
+        receiver.close()

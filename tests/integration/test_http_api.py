@@ -103,6 +103,11 @@ def test_every_route_answers_as_the_openapi_document_says(cluster: Cluster) -> N
     page2 = chk.call("GET", f"{JID}/runs",
                      f"{J}/h1/runs?limit=5&before={runs['runs'][0]['scheduled_ms']}")
     assert page2["runs"] == []
+    log = chk.call("GET", "/api/v1/runs/{run}/logs", f"/api/v1/runs/{trig['run_id']}/logs",
+                   tok=TOK["read"])
+    assert (log["text"], log["done"], log["run_id"]) == ("", True, trig["run_id"])
+    assert chk.call("GET", "/api/v1/runs/{run}/logs", "/api/v1/runs/h1@1/logs",
+                    expect=404)["error"]["code"] == "unknown_run"
     assert chk.call("GET", "/api/v1/token", "/api/v1/token", tok=TOK["read"]) == \
         {"role": "read", "node": "n2"}
     assert chk.call("GET", "/api/v1/token", "/api/v1/token")["role"] == "admin"

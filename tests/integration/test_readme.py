@@ -133,6 +133,11 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("bash", "raftsched node --config cluster.toml --id n4 --join"):
         "test_membership_recipe_is_what_test_membership_runs",
     ("bash", "export RAFTSCHED_ADDR=10.0.0.1:7101"): "test_rolling_restart_recipe",
+    ("toml", 'id = "warehouse-refresh"'): "test_http_job_and_run_log_snippets",
+    ("bash", "raftsched runs hello --limit 3"): "test_http_job_and_run_log_snippets",
+    ("", "$ raftsched logs hello@1796090514000"):
+        "test_http_job_and_run_log_snippets (sample output compared)",
+    ("toml", "[limits]"): "test_job_spec_and_config_snippets_are_valid",
 }
 
 
@@ -239,7 +244,11 @@ def test_quoted_validation_errors_are_the_real_ones(tmp_path) -> None:
 
     page = _read(os.path.join(ROOT, "docs", "jobs.md"))
     specs = [{"id": "m", "schedule": {"cron": "0 3 * * *", "tz": "Mars/Base"}, "command": ["true"]},
-             {"id": "m", "schedule": {"cron": "61 * * * *"}, "command": ["true"]}]
+             {"id": "m", "schedule": {"cron": "61 * * * *"}, "command": ["true"]},
+             *({"id": "m", "schedule": {"every": "1m"}, "http": http} for http in (
+                 {"url": "ftp://etl.example.com/"},
+                 {"url": "https://h/", "headers": {"Raftsched-Fence": "1"}},
+                 {"url": "https://h/", "expect": [200, 600]}))]
     for spec in specs:
         with pytest.raises(InvalidSpec) as exc:
             JobSpec.from_spec(spec, allowed_call_prefixes=())
@@ -344,6 +353,11 @@ def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
     cfg = load_config(str(cfg_path))
     assert [n.id for n in cfg.nodes] == ["n1"] and cfg.nodes[0].workers == 4
     assert cfg.nodes[0].http == "127.0.0.1:7301"
+    # The run-log bounds of docs/operations.md: valid, and the defaults they claim.
+    from raftsched.node.config import Limits
+    cfg_path.write_text(block("toml", "[cluster]").text + block("toml", "[limits]").text)
+    logs = load_config(str(cfg_path)).limits
+    assert logs == Limits() and logs.log_bytes_per_node == 1 << 30
 
 
 # ------------------------------------------------------------------ executed
@@ -554,6 +568,60 @@ def test_apply_snippet(cluster_factory, tmp_path) -> None:
     with c.client() as cl:
         job = cl.get_job("hello")
     assert job["spec"]["schedule"] == {"every": "2s"} and job["version"] == 2
+
+
+def test_http_job_and_run_log_snippets(cluster_factory, tmp_path) -> None:
+    """docs/jobs.md's HTTP job, its URL pointed at a receiver on loopback, put and run
+    on a real cluster: the request carries the filled-in secret and the run's fence; and
+    docs/cli.md's logs block, as written but for the run id (a real one of the tour's
+    ``hello``), prints what its sample shows."""
+    from tests.integration.receiver import Receiver
+
+    c = cluster_factory(3, secret="readme-logs-secret-0123")
+    c.start_all()
+    c.wait_leader()
+    receiver = Receiver()
+    try:
+        spec = tomllib.loads(block("toml", 'id = "warehouse-refresh"').text)
+        spec["http"]["url"] = receiver.url("/refresh")
+        receiver.answers["/refresh"] = lambda req: (202, b"refreshing")
+        with c.client() as cl:
+            cl.put_job(spec)
+            run_id = cl.trigger("warehouse-refresh")["run_id"]
+        wait_until(lambda: receiver.requests("/refresh"), 60, "the request")
+        req = receiver.requests("/refresh")[0]
+        assert req["method"] == "POST" and json.loads(req["body"]) == {"tables": ["orders"]}
+        assert req["headers"]["authorization"] == "Bearer s3cr3t-token"
+        assert req["headers"]["raftsched-run-id"] == run_id
+        with c.client() as cl:
+            cl.put_job(tomllib.loads(_hello_toml()))
+            ran = wait_until(lambda: next((r for r in cl.runs("hello")["runs"]
+                                           if r["state"] == "succeeded"), None), 60,
+                             "a run of hello")
+            done = wait_until(lambda: next((r for r in cl.runs("warehouse-refresh")["runs"]
+                                            if r["finished_ms"]), None), 60, "the HTTP run")
+        assert (done["state"], done["reason"], done["tail"]) == \
+            ("succeeded", "http 202", "refreshing")
+    finally:
+        receiver.close()
+    text = block("bash", "raftsched runs hello --limit 3").text
+    assert text.count("hello@1796090514000") == 3
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep
+               + os.environ.get("PATH", ""),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               RAFTSCHED_ADDR=",".join(c.api.values()), RAFTSCHED_SECRET=c.secret)
+    proc = subprocess.run(["bash", "-e", "-c", text.replace("hello@1796090514000",
+                                                            ran["run_id"])],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = proc.stdout.splitlines()
+    # logs and logs --follow print it (runs may too, as its newest run's tail);
+    # --stderr prints nothing.
+    assert got.count(f"run {ran['run_id']} fence {ran['fence']}") >= 2, proc.stdout
+    sample = _sample_sections(block("", "$ raftsched logs hello@1796090514000").text)
+    for want in sample["raftsched logs hello@1796090514000"]:
+        assert any(_pattern(want).fullmatch(line) for line in got), (want, got)
 
 
 def test_http_api_and_schedule_preview(scenarios) -> None:

@@ -15,6 +15,8 @@ let role = null;
 let timer = null;
 let feedAbort = null;
 let runsBefore = null;       // the job page's paging cursor (null: the newest page)
+let logView = null;          // the run log shown on the job page: {run, stream, seq}
+const LOG_CHUNK = 65536;     // bytes of a log shown at first (its end), then followed
 const nextCache = new Map(); // job id -> {at, version, data}
 
 const $ = (id) => document.getElementById(id);
@@ -174,6 +176,7 @@ function route() {
   const m = /^#\/jobs\/(.+)$/.exec(location.hash);
   $("overview-page").hidden = !!m;
   $("job-page").hidden = !m;
+  closeLog();
   if (m) { runsBefore = null; refreshJob(decodeURIComponent(m[1])); }
   else refreshOverview();
 }
@@ -258,7 +261,8 @@ async function renderJobs(list, now) {
       return f ? f.local : zoned(ms, tz);
     };
     return el("tr", { "data-job": j.id, class: j.done ? "done" : j.paused ? "paused" : "" },
-      el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id)),
+      el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id),
+        j.spec.http ? el("span", { class: "kind", title: `${j.spec.http.method} ${j.spec.http.url}` }, "http") : null),
       el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) },
         ...withTimes(p ? p.description : JSON.stringify(j.spec.schedule))),
       el("td", { title: `times in ${tz}` },
@@ -299,6 +303,7 @@ function renderJob(job, next, runs) {
   $("job-title").dataset.paused = job.paused ? "yes" : "no";
   $("job-desc").textContent = `${next.description}; ${job.done ? "done; " : ""}version ${job.version}; last: ${job.last ? job.last.state : "-"}`;
   $("job-title").dataset.done = job.done ? "yes" : "no";
+  $("job-exec").textContent = executor(job.spec);
   const reload = () => refreshJob(job.id);
   const act = (op) => async () => {
     try {
@@ -322,6 +327,68 @@ function renderJob(job, next, runs) {
   renderRuns(runs.runs || []);
   $("job-spec").textContent = JSON.stringify(job.spec, null, 2);
 }
+
+// What a run of the job does, in one line (an HTTP job's request, a command, a callable).
+function executor(spec) {
+  const h = spec.http;
+  if (h) {
+    const expect = h.expect ? `status ${h.expect.join(", ")}` : "a 2xx status";
+    return `HTTP: ${h.method} ${h.url}, succeeds on ${expect}` +
+      (h.timeout ? `, request timeout ${h.timeout}` : "") + (h.ca ? `, CA ${h.ca}` : "");
+  }
+  if (spec.command) return `runs: ${JSON.stringify(spec.command)}`;
+  return spec.call ? `calls: ${spec.call}` : "";
+}
+
+// ------------------------------------------------------------------ run logs
+
+// The run's full log, read from the node that ran it (through this node): its last
+// LOG_CHUNK bytes, then followed (a poll kept open at the node) until the run ends.
+// The panel lives outside the runs table, so the table's refresh does not close it.
+function openLog(run, stream) {
+  logView = { run, stream, seq: (logView ? logView.seq : 0) + 1 };
+  $("run-log").hidden = false;
+  $("log-run").textContent = run;
+  $("log-where").textContent = "";
+  $("log-text").textContent = "";
+  $("log-state").textContent = "loading\u2026";
+  $("log-stdout").classList.toggle("on", stream === "stdout");
+  $("log-stderr").classList.toggle("on", stream === "stderr");
+  $("run-log").scrollIntoView({ block: "nearest" });
+  followLog(logView);
+}
+
+async function followLog(view) {
+  const path = `runs/${encodeURIComponent(view.run)}/logs?stream=${view.stream}`;
+  let offset = -LOG_CHUNK;
+  let first = true;
+  while (logView === view) {
+    let r;
+    try {
+      r = await api("GET", `${path}&offset=${offset}${first ? "" : "&wait=5"}`);
+    } catch (e) {
+      if (logView === view) $("log-state").textContent = String(e.message || e);
+      return;
+    }
+    if (logView !== view) return;
+    if (first && r.offset > 0) $("log-text").append(`[${r.offset} earlier bytes not shown]\n`);
+    first = false;
+    $("log-text").append(r.text);
+    $("log-where").textContent = r.node ? `attempt ${r.attempt} on ${r.node}` : `(${r.state})`;
+    const other = r.stream === "stdout" ? "stderr" : "stdout";
+    const more = r.sizes && r.sizes[other] ? `; ${r.sizes[other]} bytes on ${other}` : "";
+    if (r.removed) { $("log-state").textContent = `removed by the node's limits (${r.removed})`; return; }
+    if (r.done && r.next_offset >= r.size) {
+      $("log-state").textContent = `${r.size} bytes, complete${more}`;
+      return;
+    }
+    $("log-state").textContent = `${r.size} bytes so far, following\u2026${more}`;
+    offset = r.next_offset;
+    if (!r.node) await new Promise((res) => setTimeout(res, REFRESH_MS));  // not placed yet
+  }
+}
+
+function closeLog() { logView = null; $("run-log").hidden = true; }
 
 // A range record (an outage, a pause: count fire times from scheduled_ms to until_ms)
 // is one row, with its count and its end: it must not read as a single miss.
@@ -356,7 +423,9 @@ function renderRuns(runs) {
       el("td", {}, late == null ? "-" : span(late)), el("td", {}, r.node || "-"),
       el("td", {}, r.attempt), el("td", {}, took == null ? "-" : span(took)),
       el("td", {}, r.exit_code ?? "-"), el("td", { class: "reason" }, r.reason || ""),
-      el("td", {}, r.tail ? el("details", {}, el("summary", {}, "output"), el("pre", {}, r.tail)) : ""));
+      el("td", {}, r.node ? el("button", { type: "button", class: "log", "data-run": r.run_id,
+        onclick: () => openLog(r.run_id, "stdout") }, "log") : null,
+        r.tail ? el("details", {}, el("summary", {}, "tail"), el("pre", {}, r.tail)) : ""));
   }));
   const id = decodeURIComponent((/^#\/jobs\/(.+)$/.exec(location.hash) || [, ""])[1]);
   $("runs-older").hidden = runs.length < 50;
@@ -450,6 +519,9 @@ document.addEventListener("DOMContentLoaded", () => {
     start();
   });
   $("logout").addEventListener("click", () => logout(""));
+  $("log-stdout").addEventListener("click", () => { if (logView) openLog(logView.run, "stdout"); });
+  $("log-stderr").addEventListener("click", () => { if (logView) openLog(logView.run, "stderr"); });
+  $("log-close").addEventListener("click", closeLog);
   window.addEventListener("hashchange", () => {
     if (takeTokenFromAddress() || !role) start(); else route();
   });
