@@ -62,6 +62,8 @@ log = logging.getLogger("raftsched.guard")
 
 #: Seconds between checks of the deadline and of children that ended.
 _POLL_S = 0.05
+#: The longest the guard sleeps with nothing to do (no job, or a deadline far off).
+_IDLE_S = 1.0
 #: How long the guard tries to prove a dead node's processes are all gone.
 _PROOF_S = 5.0
 #: A group whose leader ended is still signalled on request this long after (its
@@ -115,7 +117,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is for the node
     send_certificate = _certificate_sender()
     while True:
-        ready, _, _ = select.select([sock.fileno(), wake_r], [], [], _POLL_S)
+        # Messages and ended children wake it; the clock only matters near the deadline
+        # of a node that has jobs (an idle guard looks once a second).
+        wait = min(max(g.deadline - time.monotonic(), _POLL_S), _IDLE_S) if g.jobs else _IDLE_S
+        ready, _, _ = select.select([sock.fileno(), wake_r], [], [], wait)
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)

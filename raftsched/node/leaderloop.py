@@ -69,7 +69,7 @@ STALL_S = 0.02
 LEADER_RECORD_S = 5.0
 COMMIT_TIMEOUT_S = 3.0
 #: A sleep of PAUSE_TICK_S that takes PAUSE_S longer means this process was paused.
-PAUSE_TICK_S = 0.05
+PAUSE_TICK_S = 0.2
 PAUSE_S = 0.3
 #: Finished one-shot jobs past their retention: how often to look, how many per look.
 DONE_SCAN_S = 5.0
