@@ -8,8 +8,6 @@ produce byte-identical snapshots.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import struct
 from collections import deque
 from dataclasses import replace
@@ -192,26 +190,10 @@ def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
 
 # ------------------------------------------------------------------ snapshots
 
-@contextlib.contextmanager
-def _gc_paused() -> Any:
-    """Building or walking millions of small objects triggers full collections that
-    find nothing (the state is acyclic) and cost more than the work itself."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def encode_state(st: ClusterState) -> bytes:
-    """The whole state as versioned msgpack (deterministic for a given state)."""
-    with _gc_paused():
-        return _encode_state(st)
-
-
-def _encode_state(st: ClusterState) -> bytes:
+    """The whole state as versioned msgpack (deterministic for a given state). For a
+    big state, pause the cyclic collector around it (the node does:
+    :func:`raftsched.node.gcwatch.paused`)."""
     jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
              list(r.active), list(r.last) if r.last else None]
             for _, r in sorted(st.jobs.items())]
@@ -295,15 +277,15 @@ def _http_restore(st: ClusterState, data: Any) -> None:
 
 
 def decode_state(blob: bytes) -> ClusterState:
-    """Rebuild a state from :func:`encode_state` bytes; refuses unknown versions."""
-    with _gc_paused():
-        try:
-            return _decode_state(blob)
-        except ProtocolError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - truncated, reshaped: not our snapshot
-            raise ProtocolError(f"undecodable snapshot: {type(exc).__name__}: "
-                                f"{exc}"[:300]) from None
+    """Rebuild a state from :func:`encode_state` bytes; refuses unknown versions. For
+    a big state, pause the cyclic collector around it, as for :func:`encode_state`."""
+    try:
+        return _decode_state(blob)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - truncated, reshaped: not our snapshot
+        raise ProtocolError(f"undecodable snapshot: {type(exc).__name__}: "
+                            f"{exc}"[:300]) from None
 
 
 def _decode_state(blob: bytes) -> ClusterState:

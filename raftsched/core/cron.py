@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from importlib import resources
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -256,8 +257,20 @@ def _below(allowed: frozenset[int], size: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1024)
 def zone_of(tz: str) -> ZoneInfo | None:
-    """The zone; None marks UTC, which takes the arithmetic-only path."""
-    return None if tz == "UTC" else ZoneInfo(tz)
+    """The zone; None marks UTC, which takes the arithmetic-only path.
+
+    Read from the pinned ``tzdata`` package, never through ``zoneinfo``'s search path
+    (``TZPATH``, the host's ``/usr/share/zoneinfo`` first): every replica, and a
+    preview computed without a node (``raftsched job next FILE``), must get the same
+    fire times from the same rules, whatever zone files a machine holds. Raises
+    ``ValueError`` (or an ``OSError``) for a name that is no zone of it."""
+    if tz == "UTC":
+        return None
+    parts = tz.split("/")
+    if any(p in ("", ".", "..") or "\\" in p for p in parts):
+        raise ValueError(f"not a zone name: {tz!r}")
+    with resources.files("tzdata").joinpath("zoneinfo", *parts).open("rb") as f:
+        return ZoneInfo.from_file(f, key=tz)
 
 
 # --- calendar search and counting on "wall ms" (a wall-clock time counted as if UTC) ----

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftsched.core.codec import encode_state
 from raftsched.core.errors import ConfigError, InvalidArgument
+from raftsched.node import gcwatch
 from raftsched.node.backupfile import decode_backup, encode_backup, seed_state
 from raftsched.node.clock import now_ms
 from raftsched.node.procs import die_with_parent
@@ -52,7 +53,8 @@ def _encode_forked(raft: RaftNode) -> tuple[bytes, int, int]:
             try:
                 os.close(read_fd)
                 die_with_parent()
-                view = memoryview(encode_state(st))
+                with gcwatch.paused():
+                    view = memoryview(encode_state(st))
                 while view:
                     view = view[os.write(write_fd, view):]
                 os._exit(0)
@@ -126,7 +128,8 @@ def restore(path: str, cfg: ClusterConfig, node_ids: list[str] | None = None) ->
             if os.path.exists(os.path.join(node_dir, name)):
                 raise ConfigError("--data-dir", f"{node_dir} already holds {name}: restore "
                                                 f"seeds a new cluster; use empty data dirs")
-    blob = encode_state(seed_state(state))
+    with gcwatch.paused():
+        blob = encode_state(seed_state(state))
     members = [n.raft for n in cfg.nodes]
     written = []
     for node_dir in dirs.values():

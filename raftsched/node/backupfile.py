@@ -22,6 +22,7 @@ from typing import Any
 from raftsched.core.codec import SNAPSHOT_VERSION, decode_state, format_problem, state_version
 from raftsched.core.errors import CorruptBackup, ProtocolError
 from raftsched.core.state import ClusterState
+from raftsched.node import gcwatch
 
 MAGIC = b"RAFTSCHED-BACKUP\n"
 #: Version of the backup envelope written by this code, and those it reads.
@@ -73,7 +74,8 @@ def decode_backup(data: bytes, path: str) -> tuple[dict[str, Any], ClusterState]
     """The header and the state of a backup file; CorruptBackup naming the problem."""
     header, body = read_header(data, path)
     try:
-        return header, decode_state(body)
+        with gcwatch.paused():
+            return header, decode_state(body)
     except ProtocolError as exc:
         raise CorruptBackup(path, f"the state cannot be read: {exc}") from None
 

@@ -10,9 +10,11 @@ module's line does (``gc gen 2 took 850 ms, 1,204,311 objects tracked``), and
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger("raftsched.gc")
@@ -60,6 +62,23 @@ class _Watch:
 
 
 _watch: _Watch | None = None
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The collector off while a whole state snapshot is built or read back.
+
+    Building or walking millions of small objects triggers full collections that find
+    nothing (the state is acyclic) and cost more than the work itself. The switch is
+    process-wide, so it lives here, in the node that owns its process (or was embedded
+    on purpose), never in the pure core's codec, which a library caller may use."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def install() -> None:

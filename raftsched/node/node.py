@@ -18,7 +18,6 @@ import gc
 import logging
 import os
 import time
-import zoneinfo
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease
@@ -124,9 +123,6 @@ class Node:
     def __init__(self, cfg: ClusterConfig, node_id: str, *, environ: dict[str, str] | None = None,
                  metrics: Any = None, join: bool = False) -> None:
         env = dict(os.environ if environ is None else environ)
-        # Every replica must compute the same fire times: use the pinned tzdata package,
-        # never the host's /usr/share/zoneinfo (which differs between machines).
-        zoneinfo.reset_tzpath(to=[])
         self.cfg = cfg
         self.node_id = node_id
         self.me = cfg.node(node_id)

@@ -1,16 +1,17 @@
 """Schedule previews and put dry-runs: what a schedule will do, what a put would change.
 
 Pure functions of their inputs (the caller passes ``now_ms`` and the existing specs);
-they live in the node layer because the words come from ``cron-descriptor`` and the
-local times from ``zoneinfo``, which the pure core keeps out of its replicated path.
+they live in the node layer because the words come from ``cron-descriptor``, which the
+pure core keeps out of its replicated path. Local times use the core's zones (the
+pinned ``tzdata``), so a preview shows the offsets the cluster schedules by.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from zoneinfo import ZoneInfo
 
+from raftsched.core.cron import zone_of
 from raftsched.core.durations import format_duration, format_timestamp
 from raftsched.core.trigger import (
     CronSchedule,
@@ -74,7 +75,7 @@ def _describe_shape(schedule: Schedule) -> str:
 
 
 def _zone(tz: str) -> Any:
-    return UTC if tz == "UTC" else ZoneInfo(tz)
+    return zone_of(tz) or UTC
 
 
 def _dst_change(zone: Any, day: datetime) -> str | None:

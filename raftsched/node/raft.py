@@ -39,6 +39,7 @@ from raftsched.core.commands import Command
 from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.state import ClusterState
+from raftsched.node import gcwatch
 from raftsched.node.compat import RaftSyncObj, derive_fernet, install
 from raftsched.node.durable import (
     DEFAULT_DURABILITY,
@@ -101,7 +102,8 @@ class _Snapshot:
         self.state = state
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (bytes, (encode_state(self.state),))
+        with gcwatch.paused():
+            return (bytes, (encode_state(self.state),))
 
 
 class _Consumer(SyncObjConsumer):

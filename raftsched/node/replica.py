@@ -27,6 +27,7 @@ from raftsched.core.commands import Command, from_wire
 from raftsched.core.effects import Effect, Restored
 from raftsched.core.errors import RaftschedError
 from raftsched.core.state import ClusterState
+from raftsched.node import gcwatch
 from raftsched.node.timedlock import TimedLock
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class Replica:
 
     def _restore(self, data: Any) -> None:
         try:
-            state = decode_state(bytes(data))
+            with gcwatch.paused():
+                state = decode_state(bytes(data))
         except Exception as exc:  # noqa: BLE001 - refuse to go on from a partial state
             # pysyncobj counts the snapshot's entries applied whatever happens here: a
             # node that went on would serve (and snapshot) an empty state.

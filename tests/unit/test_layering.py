@@ -20,14 +20,15 @@ CORE = tuple(sorted(p.stem for p in (PKG / "core").glob("*.py") if p.stem != "__
 ALLOWED_LAYERS = {"core": {"core"}, "wire": {"core", "wire"}, "node": {"core", "wire", "node"},
                   "faces": set(LAYERS)}
 
-#: Never imported by any core module.
-BANNED_MODULES = {"time", "threading", "socket", "asyncio", "os", "random", "uuid",
+#: Never imported by any core module (``gc``: its switches are process-wide).
+BANNED_MODULES = {"gc", "time", "threading", "socket", "asyncio", "os", "random", "uuid",
                   "pysyncobj", "subprocess", "multiprocessing", "selectors", "signal",
                   "secrets", "logging", "concurrent", "io", "pathlib", "shutil", "tempfile",
                   "urllib", "http", "ssl"}
 #: Modules only some core modules may import.
 RESTRICTED = {
     "zoneinfo": {"cron"},
+    "importlib": {"cron"},  # importlib.resources: zone files from the tzdata package
     "croniter": {"cron"},
     "hashlib": {"trigger"},
     "calendar": {"cron"},
