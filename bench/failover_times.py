@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any
 
-from tests.integration.harness import Cluster, wait_until, witness_command
+from tests.support.harness import Cluster, wait_until, witness_command
 
 JOBS = 8
 

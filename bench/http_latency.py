@@ -13,7 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tests.integration.httputil import EventStream, http_cluster, request, tokens
+from tests.support.httputil import EventStream, http_cluster, request, tokens
 
 SECRET = "bench-http-secret-0123456789abcdef"
 

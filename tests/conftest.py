@@ -1,14 +1,61 @@
-"""Shared fixtures: a temporary cluster of real node processes, cleaned up always."""
+"""What every test gets: its tier's markers (from its folder), the hypothesis profile,
+a temporary cluster of real node processes (cleaned up always), and CI's skip policy.
+
+The tiers (docs/development.md): ``tests/unit`` pure and process-free;
+``tests/inprocess`` threads, sockets, in-process replicas and embedded nodes, child
+processes that are not nodes; ``tests/cluster`` real node processes; ``tests/faults``
+faults injected in real time (SIGKILL, SIGSTOP, pauses, partitions, power cuts,
+overload). A test file anywhere else (a new one not yet placed) counts as ``cluster``:
+never in the fast loop by mistake.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TESTS = Path(__file__).resolve().parent
+#: Folder -> tier marker. The fast loop is the first two (``-m "not integration"``).
+TIERS = {"unit": "unit", "inprocess": "inprocess", "cluster": "cluster", "faults": "faults"}
+#: Tiers whose tests start node processes or inject faults in real time.
+INTEGRATION_TIERS = {"cluster", "faults"}
+
+# Hypothesis: "ci" (the default) runs every property at the budget its test names;
+# HYPOTHESIS_PROFILE=dev runs each at a tenth of it (tests.support.budget.examples),
+# for the fast loop. Both keep hypothesis's example database (a failure found is
+# replayed first next time).
+settings.register_profile("ci", deadline=None)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test file, from the folder under tests/ it sits in."""
+    try:
+        folder = Path(path).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return "cluster"
+    return TIERS.get(folder, "cluster")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier (before ``-m`` selects): ``integration`` on the
+    cluster and faults tiers, ``slow`` on faults."""
+    for item in items:
+        tier = tier_of(item.path)
+        item.add_marker(tier)
+        if tier in INTEGRATION_TIERS:
+            item.add_marker("integration")
+        if tier == "faults":
+            item.add_marker("slow")
 
 # Nodes without a configured secret leave pointers to their generated secret for the
 # local clients (raftsched.wire.secretfile); this run's go to a private temp dir, not
@@ -18,8 +65,8 @@ os.environ.setdefault("RAFTSCHED_RUNTIME_DIR", tempfile.mkdtemp(prefix="rs-runti
 
 @pytest.fixture
 def cluster_factory(tmp_path):
-    """Build :class:`tests.integration.harness.Cluster` objects; all are closed at the end."""
-    from tests.integration.harness import Cluster
+    """Build :class:`tests.support.harness.Cluster` objects; all are closed at the end."""
+    from tests.support.harness import Cluster
 
     made = []
 

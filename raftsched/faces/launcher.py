@@ -1,6 +1,6 @@
 """Loopback clusters of ``python -m raftsched node`` processes: the one launcher.
 
-``raftsched local``, the integration tests' harness (``tests/integration/harness.py``)
+``raftsched local``, the integration tests' harness (``tests/support/harness.py``)
 and the benchmarks (``bench/cluster.py``) all start nodes through here: one address
 layout (free ports, or ``local``'s fixed base-port layout), one config writer, one way
 to spawn a node process (its own session, so a kill of its group reaches its children)

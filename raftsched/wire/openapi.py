@@ -2,7 +2,7 @@
 
 The schemas name the fields clients rely on and their types; objects stay open
 (``additionalProperties`` allowed) so the API can add fields without breaking
-clients. tests/integration/test_http_api.py validates real responses against it.
+clients. tests/cluster/test_http_api.py validates real responses against it.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from raftsched.wire import session
 from raftsched.wire.api import ApiServer
 from raftsched.wire.certs import create_ca, create_node, server_context
 from raftsched.wire.client import Client
-from tests.integration.harness import ROOT, Cluster, free_ports, wait_until
+from tests.support.harness import ROOT, Cluster, free_ports, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from raftsched.core.errors import Conflict, InvalidSpec, UnknownJob
-from tests.integration.harness import ROOT, wait_until
+from tests.support.harness import ROOT, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

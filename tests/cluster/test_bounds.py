@@ -16,8 +16,8 @@ import pytest
 
 from raftsched.core.durations import format_timestamp, parse_timestamp
 from raftsched.faces.cli import main
-from tests.integration.harness import Cluster, read_witness, wait_until, witness_command
-from tests.integration.httputil import request, tokens
+from tests.support.harness import Cluster, read_witness, wait_until, witness_command
+from tests.support.httputil import request, tokens
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

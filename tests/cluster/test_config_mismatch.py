@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import ROOT, Cluster, free_ports, json_lines, wait_until
+from tests.support.harness import ROOT, Cluster, free_ports, json_lines, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

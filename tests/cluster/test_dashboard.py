@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Cluster, wait_until
-from tests.integration.httputil import http_cluster, request, tokens, wait_serving
+from tests.support.harness import Cluster, wait_until
+from tests.support.httputil import http_cluster, request, tokens, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -364,7 +364,7 @@ def test_a_run_s_full_log_from_its_row_and_an_http_job_s_request(
     """Issue 32: a run row's ``log`` button shows the run's full log (read from the node
     that ran it, whichever node serves the page), stdout or stderr; an HTTP job is
     marked in the overview and its page says what it requests."""
-    from tests.integration.receiver import Receiver
+    from tests.support.receiver import Receiver
 
     receiver = Receiver()
     try:

@@ -16,7 +16,7 @@ import pytest
 
 import raftsched
 from raftsched.core.errors import DataDirLocked
-from tests.integration.harness import ROOT, Cluster, free_ports, wait_until
+from tests.support.harness import ROOT, Cluster, free_ports, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -213,7 +213,7 @@ def test_a_journal_that_is_fine_boots_after_many_restarts(cluster_factory: Any) 
 def test_sighup_to_raftsched_local_stops_its_nodes_cleanly(tmp_path: Any) -> None:
     """A closed terminal: `local` and every node it started end, the nodes with
     `node.stopped` (they run in sessions of their own and would otherwise live on)."""
-    from tests.integration.localproc import LocalProcess
+    from tests.support.localproc import LocalProcess
 
     with LocalProcess(str(tmp_path / "local"), nodes=2) as local:
         wait_until(lambda: len(local.read()) and sorted(local.pids) == ["n1", "n2"], 30,

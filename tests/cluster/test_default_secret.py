@@ -23,7 +23,7 @@ from raftsched.core.errors import Unauthenticated, WrongCluster
 from raftsched.wire.client import Client
 from raftsched.wire.secretfile import cluster_id
 from tests.fuzz import RawConn
-from tests.integration.harness import ROOT, Cluster, wait_until
+from tests.support.harness import ROOT, Cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tests.integration.harness import ROOT, free_ports
+from tests.support.harness import ROOT, free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -97,7 +97,7 @@ def test_the_warning_waits_for_the_with_block_s_declarations_and_comes_once(
         tmp_path, monkeypatch, caplog) -> None:
     import raftsched
     from raftsched.faces import embedded
-    from tests.integration.harness import wait_until
+    from tests.support.harness import wait_until
 
     ports = free_ports(2)
 

@@ -12,7 +12,7 @@ import pytest
 
 from raftsched.core.codec import COMMAND_VERSIONS, packb
 from tests.fixtures.formats import FIXTURES, expected, fixture_dir
-from tests.integration.harness import wait_until
+from tests.support.harness import wait_until
 
 #: A command version no release of this code reads.
 NEWER_COMMAND_VERSION = max(COMMAND_VERSIONS) + 1

@@ -40,7 +40,7 @@ from tests.fuzz import (
     protected_spec,
     touches_protected,
 )
-from tests.integration.harness import Cluster, wait_until
+from tests.support.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

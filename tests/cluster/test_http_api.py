@@ -18,8 +18,8 @@ import pytest
 from raftsched.core.errors import InvalidSpec
 from raftsched.wire.http import STATUS_OF
 from raftsched.wire.openapi import document
-from tests.integration.harness import ROOT, Cluster, wait_until
-from tests.integration.httputil import (
+from tests.support.harness import ROOT, Cluster, wait_until
+from tests.support.httputil import (
     EventStream,
     http_cluster,
     request,

@@ -27,9 +27,9 @@ from raftsched.core.model import JobSpec
 from raftsched.node.executor import Execution, ExecutionResult, RunContext
 from raftsched.node.runlog import LogLimits, RunLogs
 from raftsched.wire import certs
-from tests.integration.harness import ROOT, Cluster, free_ports, wait_until
-from tests.integration.httputil import request, tokens, wait_serving
-from tests.integration.receiver import Receiver
+from tests.support.harness import ROOT, Cluster, free_ports, wait_until
+from tests.support.httputil import request, tokens, wait_serving
+from tests.support.receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

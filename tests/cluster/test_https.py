@@ -32,8 +32,8 @@ from cryptography.x509.oid import NameOID
 
 from raftsched.core.durations import format_timestamp
 from raftsched.wire.certs import create_ca, create_node
-from tests.integration.harness import ROOT, Cluster, wait_until
-from tests.integration.httputil import EventStream, http_cluster, request, tokens
+from tests.support.harness import ROOT, Cluster, wait_until
+from tests.support.httputil import EventStream, http_cluster, request, tokens
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

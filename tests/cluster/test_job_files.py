@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from raftsched.core.errors import InvalidSpec, UnknownJob
-from tests.integration.harness import ROOT, wait_until
+from tests.support.harness import ROOT, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

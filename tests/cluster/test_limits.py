@@ -17,7 +17,7 @@ from raftsched.node.capture import CUT_LINE, CUT_MARK
 from raftsched.node.config import Timing
 from raftsched.node.raft import RaftNode
 from tests.fuzz import FRAME, RawConn, check_reply, frame, packb
-from tests.integration.harness import Cluster, free_ports, wait_until
+from tests.support.harness import Cluster, free_ports, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import wait_until
-from tests.integration.httputil import EventStream, tokens, wait_serving
+from tests.support.harness import wait_until
+from tests.support.httputil import EventStream, tokens, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -9,8 +9,8 @@ import signal
 import pytest
 
 from raftsched.wire.client import Client
-from tests.integration.harness import wait_until
-from tests.integration.localproc import LocalProcess
+from tests.support.harness import wait_until
+from tests.support.localproc import LocalProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

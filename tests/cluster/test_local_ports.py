@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from tests.integration.harness import ROOT
-from tests.integration.localproc import free_local_base
+from tests.support.harness import ROOT
+from tests.support.localproc import free_local_base
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from raftsched.wire.client import Client
-from tests.integration.harness import read_witness, wait_until, witness_command
-from tests.integration.localproc import LocalProcess
+from tests.support.harness import read_witness, wait_until, witness_command
+from tests.support.localproc import LocalProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from raftsched.wire import webhook
-from tests.integration.harness import wait_until
-from tests.integration.test_readme import block as readme_block
+from tests.cluster.test_readme import block as readme_block
+from tests.support.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

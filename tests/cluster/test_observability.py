@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 
 from raftsched.wire.client import Client
-from tests.integration.harness import ROOT, read_witness, wait_until, witness_command
-from tests.integration.localproc import free_local_base
+from tests.support.harness import ROOT, read_witness, wait_until, witness_command
+from tests.support.localproc import free_local_base
 
 pytestmark = [pytest.mark.integration]
 

@@ -13,7 +13,7 @@ import pytest
 
 from raftsched.core.durations import format_timestamp
 from raftsched.core.errors import InvalidSpec, UnknownJob
-from tests.integration.harness import ROOT, read_witness, wait_until, witness_command
+from tests.support.harness import ROOT, read_witness, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -54,7 +54,7 @@ def _timeless(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def one_node(tmp_path_factory):
-    from tests.integration.harness import Cluster
+    from tests.support.harness import Cluster
 
     c = Cluster(str(tmp_path_factory.mktemp("put-validation")), 1)
     try:

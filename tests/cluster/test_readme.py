@@ -30,7 +30,7 @@ import pytest
 
 from raftsched.core.model import JobSpec
 from raftsched.node.config import load_config
-from tests.integration.harness import (
+from tests.support.harness import (
     ROOT,
     json_lines,
     outcomes_by_fire_time,
@@ -158,7 +158,7 @@ def test_every_snippet_is_covered() -> None:
     for b in blocks:
         assert len(covering(b)) == 1, (
             f"{b.page} line {b.line}: a ```{b.lang} block ({b.key[:60]!r}) that no test "
-            "exercises: run it in tests/integration/test_readme.py and add it to COVERAGE")
+            "exercises: run it in tests/cluster/test_readme.py and add it to COVERAGE")
     for key in COVERAGE:
         assert any(key in covering(b) for b in blocks), f"COVERAGE entry {key} matches no block"
 
@@ -293,7 +293,7 @@ def test_install_snippets_are_what_ci_runs() -> None:
 
 def test_backup_recipe_is_what_test_backup_runs() -> None:
     """Each command of the recipe parses as the CLI defines it, and is what
-    tests/integration/test_backup.py runs on real processes."""
+    tests/cluster/test_backup.py runs on real processes."""
     import shlex
 
     from raftsched.faces.cli import build_parser
@@ -303,7 +303,7 @@ def test_backup_recipe_is_what_test_backup_runs() -> None:
     parsed = [build_parser().parse_args(argv[1:]) for argv in commands]
     assert [p.command for p in parsed] == ["backup", "restore", "node"]
     assert parsed[1].config == "cluster.toml" and parsed[1].id == "n1"
-    with open(os.path.join(ROOT, "tests", "integration", "test_backup.py"),
+    with open(os.path.join(ROOT, "tests", "cluster", "test_backup.py"),
               encoding="utf-8") as f:
         exercised = f.read()
     for call in ('cli("backup"', 'cli("restore"', '"--config", new.config'):
@@ -312,7 +312,7 @@ def test_backup_recipe_is_what_test_backup_runs() -> None:
 
 def test_membership_recipe_is_what_test_membership_runs() -> None:
     """Each command of the recipe parses as the CLI defines it, and is the operation
-    tests/integration/test_membership.py runs on real processes under load."""
+    tests/faults/test_membership.py runs on real processes under load."""
     import shlex
 
     from raftsched.faces.cli import build_parser
@@ -325,7 +325,7 @@ def test_membership_recipe_is_what_test_membership_runs() -> None:
     assert parsed[1].cluster_command == "add-node" and parsed[1].raft and parsed[1].api
     assert parsed[2].cluster_command == "remove-node" and parsed[2].id == "n3"
     assert parsed[3].command == "status"
-    with open(os.path.join(ROOT, "tests", "integration", "test_membership.py"),
+    with open(os.path.join(ROOT, "tests", "faults", "test_membership.py"),
               encoding="utf-8") as f:
         exercised = f.read()
     for call in ("join=True", "cl.add_node(", "cl.remove_node(", '["membership"]'):
@@ -380,7 +380,7 @@ def _isolated(scenario: str, tmp_path, snippets: dict[str, object],
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                RAFTSCHED_RUNTIME_DIR=str(work / "runtime"))
     proc = subprocess.run(["unshare", "--net", "--", sys.executable, "-m",
-                           "tests.integration.readme_driver", scenario, str(work)],
+                           "tests.support.readme_driver", scenario, str(work)],
                           env=env, cwd=str(work), capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return json.loads((work / "result.json").read_text())
@@ -575,7 +575,7 @@ def test_http_job_and_run_log_snippets(cluster_factory, tmp_path) -> None:
     on a real cluster: the request carries the filled-in secret and the run's fence; and
     docs/cli.md's logs block, as written but for the run id (a real one of the tour's
     ``hello``), prints what its sample shows."""
-    from tests.integration.receiver import Receiver
+    from tests.support.receiver import Receiver
 
     c = cluster_factory(3, secret="readme-logs-secret-0123")
     c.start_all()

@@ -17,8 +17,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.integration.harness import ROOT, Cluster, wait_until
-from tests.integration.httputil import request, tokens, wait_serving
+from tests.support.harness import ROOT, Cluster, wait_until
+from tests.support.httputil import request, tokens, wait_serving
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -21,7 +21,7 @@ import pytest
 from raftsched.core.errors import Unauthenticated
 from raftsched.wire import session
 from raftsched.wire.client import Client
-from tests.integration.harness import Cluster, wait_until
+from tests.support.harness import Cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -32,7 +32,7 @@ from raftsched.core.errors import InvalidSpec, RaftschedError, Unauthenticated, 
 from raftsched.wire import session
 from raftsched.wire.client import Client
 from tests.fuzz import RawConn, check_reply, envelope, packb
-from tests.integration.harness import ROOT, Cluster, free_ports, rss_kb, wait_until
+from tests.support.harness import ROOT, Cluster, free_ports, rss_kb, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

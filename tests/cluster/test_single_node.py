@@ -12,7 +12,7 @@ import time
 import pytest
 
 from raftsched.core.errors import InvalidSpec, UnknownJob
-from tests.integration.harness import (
+from tests.support.harness import (
     ROOT,
     outcomes_by_fire_time,
     read_witness,

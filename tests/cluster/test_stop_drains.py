@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raftsched.core.durations import format_timestamp
-from tests.integration.harness import wait_until
+from tests.support.harness import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from raftsched.wire.client import Client
-from tests.integration.harness import ROOT, wait_until
+from tests.support.harness import ROOT, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.durations import format_timestamp, parse_timestamp
-from tests.integration.harness import (
+from tests.support.harness import (
     outcomes_by_fire_time,
     read_witness,
     wait_until,

@@ -18,7 +18,7 @@ import pytest
 
 from raftsched.core.durations import format_timestamp
 from raftsched.core.trigger import jitter_ms
-from tests.integration.harness import (
+from tests.support.harness import (
     outcomes_by_fire_time,
     read_witness,
     wait_until,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.integration.harness import json_lines, read_witness, wait_until, witness_command
+from tests.support.harness import json_lines, read_witness, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(240)]
 

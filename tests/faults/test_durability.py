@@ -26,8 +26,8 @@ import pytest
 
 from raftsched.core.errors import RaftschedError
 from raftsched.node.raft import JOURNAL_FILE
-from tests.integration.harness import ROOT
-from tests.integration.journalhooks import hook_dir, violations
+from tests.support.harness import ROOT
+from tests.support.journalhooks import hook_dir, violations
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

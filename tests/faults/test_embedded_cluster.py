@@ -1,5 +1,5 @@
 """Issue 15 items 1, 3 and 4 with real app processes: three instances of an app each
-embed a member of one cluster (tests/integration/embedapp.py) and run its callables."""
+embed a member of one cluster (tests/support/embedapp.py) and run its callables."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.integration.apps import Apps, executions, fire_times, quiet_moment
-from tests.integration.harness import json_lines, wait_until
+from tests.support.apps import Apps, executions, fire_times, quiet_moment
+from tests.support.harness import json_lines, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.harness import wait_until, witness_command
+from tests.support.harness import wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
 

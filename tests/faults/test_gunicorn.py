@@ -15,8 +15,8 @@ import urllib.request
 
 import pytest
 
-from tests.integration.apps import Apps, executions, fire_times, quiet_moment
-from tests.integration.harness import free_ports, wait_until
+from tests.support.apps import Apps, executions, fire_times, quiet_moment
+from tests.support.harness import free_ports, wait_until
 
 pytest.importorskip("gunicorn")
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -58,7 +58,7 @@ def test_gunicorn_four_workers_one_node_taken_over_when_its_worker_goes(tmp_path
     (port,) = free_ports(1)
     argv = [sys.executable, "-m", "gunicorn", "-w", "4", "-b", f"127.0.0.1:{port}",
             "--graceful-timeout", "30", "--timeout", "90", "--log-level", "warning",
-            "tests.integration.embedapp:app"]
+            "tests.support.embedapp:app"]
     try:
         a.start("n1", argv=argv)
         wait_until(lambda: len(a.declared("n1")) >= 4, 120, "four workers declared")

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from raftsched.core.nodes import CERTIFIED
-from tests.integration.harness import read_witness, wait_until, witness_command
-from tests.integration.test_killed_follower_lease import (
+from tests.support.followerkill import (
     FAIL,
     RETRY,
-    _alive_in_status,
-    _held,
+    alive_in_status,
+    held_runs,
     kill_a_follower_holding_runs,
 )
+from tests.support.harness import read_witness, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -56,7 +56,7 @@ def test_a_killed_followers_prestarted_runs_move_on_when_its_guard_certifies_it(
 
     def settled() -> dict[str, dict[str, Any]] | None:
         with c.client([leader]) as cl:
-            now = _held(cl, victim, instant)
+            now = held_runs(cl, victim, instant)
         moved = {j: _moved_on(recs, victim, j) for j, recs in now.items()}
         return moved if all(moved.values()) and set(moved) == set(held) else None
 
@@ -135,7 +135,7 @@ def test_a_frozen_node_is_never_certified_and_comes_back(cluster_factory, tmp_pa
         assert not any(r["reason"] == CERTIFIED for r in lost), lost
     finally:
         c.signal(victim, signal.SIGCONT)
-    wait_until(lambda: _alive_in_status(c, victim), 30, f"{victim} alive again")
+    wait_until(lambda: alive_in_status(c, victim), 30, f"{victim} alive again")
     with c.client([leader]) as cl:
         assert cl.status()["leader"] is not None
 

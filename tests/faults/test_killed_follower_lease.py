@@ -13,14 +13,12 @@ machine: the lease release lands ~8 s after the instant, the old one at >= 11 s.
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.integration.harness import read_witness, wait_until, witness_command
+from tests.support.followerkill import FAIL, RETRY, held_runs, kill_a_follower_holding_runs
+from tests.support.harness import read_witness, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -29,21 +27,6 @@ NODE_TIMEOUT_S = 12
 #: lease release comes 8.0 s after the victim's newest heartbeat (sent before the
 #: kill), plus a plan and a start; the old rule's release alone came >= 11.3 s after.
 BOUND_S = 9.8
-RETRY = [f"r{i}" for i in range(6)]
-FAIL = [f"f{i}" for i in range(3)]
-
-
-def _held(cl: Any, victim: str, instant: int) -> dict[str, list[dict[str, Any]]]:
-    """The records of ``instant`` of each job whose run ``victim`` had started."""
-    out = {}
-    for j in RETRY + FAIL:
-        recs = [r for r in cl.runs(j, limit=50)["runs"] if r["scheduled_ms"] == instant]
-        if any(tr["state"] == "started" and tr["node"] == victim
-               for r in recs for tr in r["transitions"]):
-            out[j] = recs
-    return out
-
-
 def _moved_on(recs: list[dict[str, Any]], victim: str, job: str) -> dict[str, Any] | None:
     """The record that ends the victim's claim: under retry, the next attempt started
     on another node; under fail, the run recorded lost."""
@@ -64,7 +47,7 @@ def test_a_killed_followers_prestarted_runs_move_on_at_its_lease_end(cluster_fac
 
     def settled() -> dict[str, dict[str, Any]] | None:
         with c.client([leader]) as cl:
-            now = _held(cl, victim, instant)
+            now = held_runs(cl, victim, instant)
         moved = {j: _moved_on(recs, victim, j) for j, recs in now.items()}
         return moved if all(moved.values()) and set(moved) == set(held) else None
 
@@ -85,43 +68,3 @@ def test_a_killed_followers_prestarted_runs_move_on_at_its_lease_end(cluster_fac
     assert all(w["NODE_ID"] != victim for w in runs), runs
     assert len({(w["RUN_ID"], w["ATTEMPT"]) for w in runs}) == len(runs), runs
     assert not any(w["RUN_ID"].startswith("f") for w in runs), runs
-
-
-def kill_a_follower_holding_runs(c: Any, ran: str, kill: Callable[[str], float]
-                                 ) -> tuple[str, str, int, dict[str, list[dict[str, Any]]]]:
-    """Start ``c``, put the every-second jobs (witnessed in ``ran``), then ``kill`` a
-    follower 100 ms before an instant whose runs it had pre-started (retrying with the
-    next instant until it held some): (leader, victim, instant ms, its held records)."""
-    c.start_all()
-    c.wait_leader(30)
-    with c.client() as cl:
-        cl.put_jobs([{"id": j, "schedule": {"every": "1s"}, "command": witness_command(ran),
-                      "on_node_lost": "fail" if j in FAIL else "retry"}
-                     for j in RETRY + FAIL], atomic=True)
-        wait_until(lambda: all(cl.runs(j)["runs"] for j in RETRY + FAIL), 30,
-                   "every job running")
-    for _ in range(4):
-        leader = c.wait_leader(30)
-        victim = next(n for n in sorted(c.ids) if n != leader)
-        time.sleep((0.9 - time.time() % 1.0) % 1.0)
-        instant = math.ceil(kill(victim)) * 1000
-        with c.client([leader]) as cl:
-            # The records say what it held (they were committed before the kill).
-            held = _held(cl, victim, instant)
-        if held:
-            return leader, victim, instant, held
-        # Nothing of that instant was started there (the leader placed it all on the
-        # other follower): restart it and try again.
-        c.start(victim)
-        wait_until(lambda v=victim: _alive_in_status(c, v), 60, f"{victim} back")
-    raise AssertionError("the killed follower never held a pre-started run")
-
-
-def _alive_in_status(c: Any, nid: str) -> bool:
-    for n in c.ids:
-        if not c.alive(n):
-            continue
-        st = c.status(n)
-        if st["leader"] is not None:
-            return any(x["node_id"] == nid and x["alive"] for x in st["nodes"])
-    return False

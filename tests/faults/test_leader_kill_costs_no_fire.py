@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integration.harness import outcomes_by_fire_time, wait_until, witness_command
+from tests.support.harness import outcomes_by_fire_time, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

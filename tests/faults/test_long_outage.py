@@ -9,7 +9,7 @@ is served from the node's event loop and takes the Raft lock), every job gets it
 catch-up run and one exact missed range, and its records cover every fire time; at
 most one second unanswered (a loaded machine's margin) and no term change.
 
-``RAFTSCHED_OUTAGE_JOBS=300 pytest tests/integration/test_long_outage.py -s`` runs the
+``RAFTSCHED_OUTAGE_JOBS=300 pytest tests/faults/test_long_outage.py -s`` runs the
 issue's original scenario and prints its figures.
 """
 
@@ -24,7 +24,7 @@ import pytest
 from raftsched.core.trigger import count_fires, next_fire, schedule_from_spec
 from raftsched.faces.launcher import StatusPoller
 from raftsched.wire.client import Client
-from tests.integration.harness import wait_until
+from tests.support.harness import wait_until
 
 pytestmark = [pytest.mark.integration]
 

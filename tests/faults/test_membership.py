@@ -15,7 +15,7 @@ import time
 import pytest
 
 from raftsched.core.errors import RaftschedError
-from tests.integration.harness import (
+from tests.support.harness import (
     outcomes_by_fire_time,
     read_witness,
     wait_until,

@@ -53,7 +53,7 @@ def test_the_cli_documents_its_options() -> None:
     import subprocess
     import sys
 
-    from tests.integration.harness import ROOT
+    from tests.support.harness import ROOT
     out = subprocess.run([sys.executable, "-m", "tests.nemesis", "--help"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=True).stdout
     for opt in ("--nodes", "--faults", "--seed", "--out", "--budget-s"):

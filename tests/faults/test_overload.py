@@ -19,7 +19,7 @@ import pytest
 from bench import w1
 from bench.common import Ctx
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
 JOBS = 12_000
 WINDOW_S = 8

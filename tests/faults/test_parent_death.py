@@ -13,7 +13,7 @@ import time
 import pytest
 
 from raftsched.core.durations import format_timestamp
-from tests.integration.harness import ROOT, json_lines, wait_until
+from tests.support.harness import ROOT, json_lines, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -46,7 +46,7 @@ def test_no_preexec_fn_anywhere_in_the_package() -> None:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killing_the_node_kills_its_running_jobs_promptly(cluster_factory, tmp_path,
                                                           sig: int) -> None:
-    # stop_timeout 0: a SIGTERMed node drains first (tests/integration/test_stop_drains.py);
+    # stop_timeout 0: a SIGTERMed node drains first (tests/cluster/test_stop_drains.py);
     # here it stops its runs at once.
     c = cluster_factory(1, timing={"stop_timeout": "0s"})
     out = str(tmp_path / "w.jsonl")

@@ -11,7 +11,7 @@ import pytest
 
 from raftsched.core.durations import format_timestamp
 from raftsched.core.errors import Conflict
-from tests.integration.harness import (
+from tests.support.harness import (
     outcomes_by_fire_time,
     read_witness,
     rss_kb,

@@ -1,6 +1,6 @@
 """Pre-vote (Raft thesis §9.6): a follower back from a pause never deposes its leader.
 
-Three real replicas in this thread (:mod:`tests.integration.test_inprocess_raft`'s
+Three real replicas in this thread (:mod:`tests.support.raftcluster`'s
 cluster: real pysyncobj, real loopback TCP), so a pause is exact: the paused follower
 is simply not ticked while the others are, well past its election timeout. Without
 pre-vote it campaigns the moment it runs again, with a higher term, and the working
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integration.test_inprocess_raft import Cluster, establish
+from tests.support.raftcluster import Cluster, establish
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from tests.integration.harness import json_lines, wait_until
+from tests.support.harness import json_lines, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
 

@@ -2,7 +2,7 @@
 
     python -m tests.fuzz.run_fuzz --count 100000 [--seed N] [--check-every 1000]
 
-Starts one node with a secret (tests.integration.harness.Cluster), creates a protected
+Starts one node with a secret (tests.support.harness.Cluster), creates a protected
 job with one finished run, then throws ``--count`` generated and mutated inputs
 (tests.fuzz.Gen) at the API: well-framed bodies on an authenticated connection (each
 must get exactly one well-formed reply) and raw byte streams on fresh connections
@@ -37,7 +37,7 @@ from tests.fuzz import (
     packb,
     protected_spec,
 )
-from tests.integration.harness import Cluster, wait_until
+from tests.support.harness import Cluster, wait_until
 
 SECRET = "run-fuzz-secret-0123456789abcdef"
 SOCK_TIMEOUT = 10.0

@@ -34,7 +34,7 @@ from raftsched.wire import session
 from raftsched.wire.api import ApiServer, ApiStatistics
 from raftsched.wire.client import Client
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 SECRET = "correct-horse-battery-staple"
 SOCK_TIMEOUT = 5.0

@@ -1,4 +1,5 @@
-"""The embedded ``raftsched.Scheduler``: a node in this process running Python callables."""
+"""The embedded ``raftsched.Scheduler``: a node in this process running Python callables.
+(An embedded node beside a node process: tests/cluster/test_embedded_ports.py.)"""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import threading
 import pytest
 
 import raftsched
-from tests.integration.harness import free_ports, wait_until
+from tests.support.harness import free_ports, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 CALLS: list[raftsched.RunContext] = []
 _LOCK = threading.Lock()
@@ -35,32 +36,6 @@ def test_embedded_scheduler_runs_a_registered_callable_with_its_context(tmp_path
     done = {r["run_id"]: r for r in runs if r["state"] == "succeeded"}
     assert first.run_id in done and done[first.run_id]["fence"] == first.fence
     assert done[first.run_id]["tail"] == f"ran {first.run_id}"
-
-
-def test_embedded_scheduler_on_a_running_node_s_ports_raises_and_never_uses_that_node(
-        cluster_factory, tmp_path):
-    """Issue 12 item 3: the bind error is raised by start(), the `with` block never runs."""
-    c = cluster_factory(1)
-    c.start_all()
-    c.wait_leader()
-    free_raft, free_api = free_ports(2)
-    entered = []
-    for raft, api in ((c.raft["n1"], c.api["n1"]), (f"127.0.0.1:{free_raft}", c.api["n1"]),
-                      (c.raft["n1"], f"127.0.0.1:{free_api}")):
-        sched = raftsched.Scheduler(data_dir=str(tmp_path / "embedded"), raft=raft, api=api)
-        with pytest.raises(OSError, match="in use|address already in use"):
-            with sched:
-                entered.append(raft)
-        assert sched._thread is not None and not sched._thread.is_alive()
-    assert entered == []
-    with c.client() as cl:
-        assert cl.list_jobs()["total"] == 0
-    # The data dir is free again after each failed start: a good start works.
-    raft, api = free_ports(2)
-    with raftsched.Scheduler(data_dir=str(tmp_path / "embedded"), raft=f"127.0.0.1:{raft}",
-                             api=f"127.0.0.1:{api}") as sched:
-        st = sched.client.status()
-        assert st["cluster_id"] == sched.client.cluster_id != c.status("n1")["cluster_id"]
 
 
 def test_embedded_defaults_never_share_the_cli_node_s_data_dir_or_ports():

@@ -11,9 +11,9 @@ import pytest
 
 import raftsched
 from raftsched.core.durations import format_timestamp
-from tests.integration.harness import free_ports, wait_until
+from tests.support.harness import free_ports, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 
 def _sched(tmp_path, ports, **kw) -> raftsched.Scheduler:

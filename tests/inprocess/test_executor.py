@@ -17,11 +17,11 @@ import pytest
 from raftsched.core.model import JobSpec
 from raftsched.node.callpool import CallPool
 from raftsched.node.executor import Execution, ExecutionResult, RunContext
-from tests.integration.harness import await_until
+from tests.support.harness import await_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+pytestmark = pytest.mark.timeout(30)
 
-PREFIX = ("tests.integration.test_executor",)
+PREFIX = ("tests.inprocess.test_executor",)
 RELEASE = threading.Event()
 
 
@@ -83,13 +83,13 @@ def _run(spec: JobSpec, *, stop_after_s: float | None = None, linger_s: float = 
 
 
 def test_a_sync_callable_succeeds_with_its_return_value_as_tail():
-    results, _ = _run(_spec(call="tests.integration.test_executor:returns"))
+    results, _ = _run(_spec(call="tests.inprocess.test_executor:returns"))
     assert [(r.outcome, r.tail, r.reason) for r in results] == \
         [("succeeded", "hello x@1000", "returned")]
 
 
 def test_a_raising_callable_fails_naming_the_exception():
-    results, _ = _run(_spec(call="tests.integration.test_executor:raises"))
+    results, _ = _run(_spec(call="tests.inprocess.test_executor:raises"))
     assert len(results) == 1 and results[0].outcome == "failed"
     assert results[0].reason == "raised ValueError" and "bad input 42" in results[0].tail
 
@@ -97,7 +97,7 @@ def test_a_raising_callable_fails_naming_the_exception():
 def test_a_callable_past_its_timeout_is_timed_out_once_even_when_it_returns_later():
     RELEASE.clear()
     try:
-        results, elapsed = _run(_spec(call="tests.integration.test_executor:blocks",
+        results, elapsed = _run(_spec(call="tests.inprocess.test_executor:blocks",
                                       timeout="1s"), linger_s=0.3)
     finally:
         RELEASE.set()
@@ -110,7 +110,7 @@ def test_a_callable_past_its_timeout_is_timed_out_once_even_when_it_returns_late
 def test_stopping_a_running_callable_ends_it_lost_once():
     RELEASE.clear()
     try:
-        results, _ = _run(_spec(call="tests.integration.test_executor:blocks"),
+        results, _ = _run(_spec(call="tests.inprocess.test_executor:blocks"),
                           stop_after_s=0.2, linger_s=0.3)
     finally:
         RELEASE.set()
@@ -118,7 +118,7 @@ def test_stopping_a_running_callable_ends_it_lost_once():
 
 
 def test_an_async_callable_runs_on_the_loop():
-    results, _ = _run(_spec(call="tests.integration.test_executor:coroutine"))
+    results, _ = _run(_spec(call="tests.inprocess.test_executor:coroutine"))
     assert [(r.outcome, r.tail) for r in results] == [("succeeded", "async 2")]
 
 
@@ -138,7 +138,7 @@ def test_an_argv_run_reports_its_exit_code_and_output_tail():
 
 
 def test_an_async_callable_raising_system_exit_fails_and_the_loop_survives():
-    results, _ = _run(_spec(call="tests.integration.test_executor:exits"))
+    results, _ = _run(_spec(call="tests.inprocess.test_executor:exits"))
     assert [(r.outcome, r.reason) for r in results] == [("failed", "raised SystemExit")]
 
 

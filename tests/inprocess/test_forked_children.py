@@ -12,9 +12,9 @@ import pytest
 
 import raftsched.node.node as node_mod
 import raftsched.node.raft  # noqa: F401 - registers the at-fork hook under test
-from tests.integration.harness import ROOT, wait_until
+from tests.support.harness import ROOT, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = pytest.mark.timeout(90)
 
 
 def test_a_forked_child_does_not_keep_the_listening_sockets() -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from raftsched.node.guard import Guard
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+pytestmark = pytest.mark.timeout(90)
 
 FREEZER = "/sys/fs/cgroup/freezer"
 

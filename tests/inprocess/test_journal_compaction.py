@@ -13,7 +13,7 @@ from pysyncobj.journal import FileJournal
 
 from raftsched.node.compat import drop_journal_prefix
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 
 def _journal(path: str, entries: list[tuple[bytes, int, int]]) -> Any:

@@ -18,9 +18,9 @@ import sys
 
 import pytest
 
-from tests.integration.harness import ROOT
+from tests.support.harness import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 RAFTSCHED = os.path.join(os.path.dirname(sys.executable), "raftsched")
 

@@ -18,9 +18,9 @@ import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
 from raftsched.node.compat import RaftSyncObj, install, known_prefix
-from tests.integration.harness import free_ports
+from tests.support.harness import free_ports
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+pytestmark = pytest.mark.timeout(30)
 
 
 def _follower(cls: type[SyncObj]) -> Iterator[SyncObj]:

@@ -10,9 +10,9 @@ import pytest
 
 from raftsched.node import worker, workercommits
 from raftsched.node.clock import now_ms
-from tests.integration.harness import await_until
+from tests.support.harness import await_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
+pytestmark = pytest.mark.timeout(30)
 
 
 def _pool() -> worker.WorkerPool:

@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 
-from tests.integration.journalhooks import hook_dir
 from tests.nemesis.net import FREEZER, Net, node_addr
+from tests.support.journalhooks import hook_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -100,7 +100,7 @@ class Nodes:
         assert not self.alive(nid), f"{nid} runs"
         env = dict(os.environ)
         # Every journal loses what it had not synced when its node is SIGKILLed
-        # (tests/integration/journalhooks.py): each kill is a power cut of that node.
+        # (tests/support/journalhooks.py): each kill is a power cut of that node.
         env["PYTHONPATH"] = os.pathsep.join([hook_dir(self.out), ROOT, env.get("PYTHONPATH", "")])
         env["RS_TEST_LOSSY_JOURNAL"] = "1"
         env.pop("RAFTSCHED_FAULT", None)

@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from raftsched.wire.client import Client
-from tests.integration.harness import json_lines
 from tests.nemesis import checker, promises
 from tests.nemesis.faults import KINDS, Nemesis
 from tests.nemesis.net import Net, clean_stale, new_tag
 from tests.nemesis.procs import Nodes
 from tests.nemesis.workload import SIDE_KEYS, Monitor, Reader, Writer, job_specs
+from tests.support.harness import json_lines
 
 #: Violation classes the checker can report.
 CLASSES = ("no_outcome", "two_outcomes", "range_count", "double_execution",

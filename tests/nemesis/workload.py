@@ -23,7 +23,7 @@ SIDE_KEYS = tuple(f"side{i}" for i in range(4))
 def witness_command(path: str, sleep_s: float, tick_s: float = 0.2) -> list[str]:
     """argv that appends JSON lines to ``path``: ``phase`` start, a tick every ``tick_s``
     while it runs (a killed run's last tick bounds when it was still alive), then end."""
-    from tests.integration.harness import witness_command as base
+    from tests.support.harness import witness_command as base
     return base(path, sleep_s, phases=True, tick_s=tick_s)
 
 

@@ -1,4 +1,4 @@
-"""App instances with an embedded raftsched member (``tests/integration/embedapp.py``)
+"""App instances with an embedded raftsched member (``tests/support/embedapp.py``)
 as real processes: several instances of one cluster on loopback, or one gunicorn with
 several workers on one host. Every process started here is killed at ``close()``.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from raftsched.faces.launcher import kill_group
 from raftsched.wire.client import Client
-from tests.integration.harness import ROOT, free_ports, json_lines, wait_until
+from tests.support.harness import ROOT, free_ports, json_lines, wait_until
 
 #: Fast failure detection on a loaded 2-core machine, still far from false alarms.
 TIMING = {"node_timeout": "3s", "heartbeat": "250ms"}
@@ -57,14 +57,14 @@ class Apps:
 
     def start(self, nid: str, extra: dict[str, str] | None = None,
               argv: list[str] | None = None) -> subprocess.Popen[bytes]:
-        """Start instance ``nid`` (``python -m tests.integration.embedapp`` unless
+        """Start instance ``nid`` (``python -m tests.support.embedapp`` unless
         ``argv`` says otherwise); its stdout and stderr go to ``<tmp>/<nid>.out``."""
         assert nid not in self.procs or self.procs[nid].poll() is not None, f"{nid} runs"
         out = os.path.join(self.tmp, f"{nid}.out")
         self.outs[nid] = out
         with open(out, "ab") as f:
             self.procs[nid] = subprocess.Popen(
-                argv or [sys.executable, "-m", "tests.integration.embedapp"],
+                argv or [sys.executable, "-m", "tests.support.embedapp"],
                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
                 env=self.env(nid, extra), start_new_session=True)
         return self.procs[nid]

@@ -1,6 +1,6 @@
 """An app with an embedded raftsched member, for the issue 15 tests: run as
-``python -m tests.integration.embedapp`` (one instance) or imported by gunicorn
-(``tests.integration.embedapp:app``, a WSGI app).
+``python -m tests.support.embedapp`` (one instance) or imported by gunicorn
+(``tests.support.embedapp:app``, a WSGI app).
 
 Environment: RAFTSCHED_CONFIG or RAFTSCHED_PEERS, RAFTSCHED_NODE_ID (the member);
 EMBEDAPP_WITNESS (a file every execution appends one JSON line to); EMBEDAPP_JOBS

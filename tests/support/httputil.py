@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from raftsched.wire.credentials import Role, token
-from tests.integration.harness import Cluster, wait_until
+from tests.support.harness import Cluster, wait_until
 
 
 def tokens(secret: str) -> dict[str, str]:

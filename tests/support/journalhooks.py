@@ -22,7 +22,7 @@ from typing import Any
 PAGE = 4096
 
 _SITE = """\
-from tests.integration import journalhooks
+from tests.support import journalhooks
 journalhooks.install_from_env()
 """
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.integration.harness import ROOT, wait_until
+from tests.support.harness import ROOT, wait_until
 
 _BANNER_PID = re.compile(r"^\s+(n\d)\s+pid (\d+)\s+api ")
 _RESTARTED = re.compile(r"^\[(n\d)\] restarted \(pid (\d+)\)")

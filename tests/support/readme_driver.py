@@ -1,7 +1,7 @@
 """Runs README and docs snippets as written, inside a private network namespace.
 
-``tests/integration/test_readme.py`` starts ``unshare --net python -m
-tests.integration.readme_driver SCENARIO WORKDIR`` with the snippets in a JSON file:
+``tests/cluster/test_readme.py`` starts ``unshare --net python -m
+tests.support.readme_driver SCENARIO WORKDIR`` with the snippets in a JSON file:
 the namespace has its own loopback, so the README's fixed default ports (7101, 7201,
 7001..7103 ...) are free and nothing outside is touched. The driver runs the commands
 in WORKDIR, where ``.venv`` is the test's venv (the snippets say ``.venv/bin/raftsched``
@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.integration.harness import json_lines, wait_until
+from tests.support.harness import json_lines, wait_until
 
 #: Bound for one shell command of a snippet.
 CMD_TIMEOUT_S = 60

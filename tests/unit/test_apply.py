@@ -11,7 +11,7 @@ import pytest
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
 from raftsched.faces.cli_apply import exported, format_diff, toml_job
-from tests.unit.test_state import T0, err, put, spec
+from tests.support.stateutil import T0, err, put, spec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -50,7 +50,7 @@ from raftsched.core.trigger import (
     schedule_from_spec,
 )
 from tests.fixtures.formats import fixture_dir, journal_blobs
-from tests.unit.stateutil import ok
+from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,8 +7,19 @@ from __future__ import annotations
 from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.effects import NodeCertified, NodeLost
 from raftsched.core.nodes import CERTIFIED
-from tests.unit.stateutil import hist, ok
-from tests.unit.test_state import T0, S, _two_runs, base, check_indexes, err, finish, hb, place
+from tests.support.stateutil import (
+    T0,
+    S,
+    base,
+    check_indexes,
+    err,
+    finish,
+    hb,
+    hist,
+    ok,
+    place,
+    two_runs,
+)
 
 
 def certify(st, node: str, boot: int, at: int = T0 + 20 * S, by: str = "guard"):
@@ -17,7 +28,7 @@ def certify(st, node: str, boot: int, at: int = T0 + 20 * S, by: str = "guard"):
 
 def test_a_certificate_releases_the_incarnations_runs_at_once() -> None:
     st = base()
-    a, b = _two_runs(st, "retry")  # a started, b assigned, both on n1 (boot 1)
+    a, b = two_runs(st, "retry")  # a started, b assigned, both on n1 (boot 1)
     fence_a = st.runs[a].fence
     st.take_effects()
     reply = certify(st, "n1", 1)
@@ -40,7 +51,7 @@ def test_a_certificate_releases_the_incarnations_runs_at_once() -> None:
 
 def test_fail_jobs_record_lost_node_crashed_certified() -> None:
     st = base()
-    a, b = _two_runs(st, "fail")
+    a, b = two_runs(st, "fail")
     ok(st, {"op": "certify", "at": T0 + 20 * S, "node": "n1", "boot": 1})
     assert a not in st.runs
     assert (hist(st, "j")[-1].state, hist(st, "j")[-1].reason) == ("lost", CERTIFIED)
@@ -49,7 +60,7 @@ def test_fail_jobs_record_lost_node_crashed_certified() -> None:
 
 def test_a_certificate_for_an_old_incarnation_releases_nothing_of_the_new_one() -> None:
     st = base()
-    a, b = _two_runs(st, "retry")
+    a, b = two_runs(st, "retry")
     hb(st, "n1", at=T0 + 10 * S, boot=2)  # restarted: a (started by boot 1) released
     assert st.runs[a].state == "pending"
     place(st, a, "n1", T0 + 11 * S)
@@ -66,7 +77,7 @@ def test_a_certificate_for_an_old_incarnation_releases_nothing_of_the_new_one() 
 
 def test_a_certificate_never_touches_another_node() -> None:
     st = base()
-    a, _ = _two_runs(st, "retry")
+    a, _ = two_runs(st, "retry")
     ok(st, {"op": "certify", "at": T0 + 20 * S, "node": "n2", "boot": 1})
     assert st.runs[a].state == "started" and st.nodes["n1"].alive
     assert not st.nodes["n2"].alive
@@ -76,7 +87,7 @@ def test_a_certificate_never_touches_another_node() -> None:
 
 def test_a_dead_incarnations_late_heartbeat_is_refused_and_a_new_one_is_welcome() -> None:
     st = base()
-    _two_runs(st)
+    two_runs(st)
     ok(st, {"op": "certify", "at": T0 + 20 * S, "node": "n1", "boot": 1})
     # Sent before it died, committed after its certificate.
     reply = err(st, {"op": "heartbeat", "at": T0 + 21 * S, "node": "n1", "boot": 1,
@@ -89,7 +100,7 @@ def test_a_dead_incarnations_late_heartbeat_is_refused_and_a_new_one_is_welcome(
 
 def test_a_second_certificate_for_the_same_incarnation_changes_nothing() -> None:
     st = base()
-    _two_runs(st)
+    two_runs(st)
     ok(st, {"op": "certify", "at": T0 + 20 * S, "node": "n1", "boot": 1})
     before = encode_state(st)
     reply = ok(st, {"op": "certify", "at": T0 + 21 * S, "node": "n1", "boot": 1,

@@ -15,7 +15,7 @@ from raftsched.core.state import ClusterState
 from raftsched.faces import declare, embedconf
 from raftsched.node import capture
 from raftsched.node.peers import parse_peers
-from tests.unit.stateutil import ok
+from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(30)
 

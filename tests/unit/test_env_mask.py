@@ -2,7 +2,7 @@
 
 A put carrying the mask is refused where it enters, naming the field; a spec already
 in a journal is still replayed (replicas must agree), and the executor refuses to run
-it (tests/integration/test_job_files.py runs the whole get -> put round trip)."""
+it (tests/cluster/test_job_files.py runs the whole get -> put round trip)."""
 
 from __future__ import annotations
 

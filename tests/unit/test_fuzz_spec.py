@@ -26,7 +26,7 @@ from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal, state_bytes
+from tests.support.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(120)
 

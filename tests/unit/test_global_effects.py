@@ -18,7 +18,7 @@ import pytest
 from raftsched.core import cron
 from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.trigger import next_fire, schedule_from_spec
-from tests.unit.stateutil import ok
+from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(60)
 

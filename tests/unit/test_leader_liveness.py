@@ -7,7 +7,7 @@ current Raft term, the way a committed log entry of that term would) and a
 silent or disconnected peer is declared lost (never a moment early), that a leader's
 own pause is not its peers' silence, and that a deposed leader's verdicts change
 nothing. The real-process versions of the same faults are in
-``tests/integration/test_stale_views.py`` and ``test_killed_follower_lease.py``.
+``tests/faults/test_stale_views.py`` and ``test_killed_follower_lease.py``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from raftsched.core.commands import LeaderRecord, Release
 from raftsched.core.state import ClusterState
 from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
-from tests.unit.stateutil import ok
-from tests.unit.test_state import T0, S, hb, put, run_fire
+from tests.support.stateutil import T0, S, hb, ok, put, run_fire
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -28,7 +28,7 @@ from raftsched.core.trigger import fire_times, next_fire
 from raftsched.node import leaderloop
 from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import LeaderLoop
-from tests.unit.stateutil import ok
+from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,7 @@ from raftsched.core.codec import encode_state
 from raftsched.core.effects import StopRun
 from raftsched.core.leader import Capacity, LeaderContext, place
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import hist, ok
+from tests.support.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,8 +13,7 @@ from raftsched.core import lease
 from raftsched.core.commands import Release, from_wire
 from raftsched.core.errors import InvalidArgument
 from raftsched.node.leaderloop import DISCONNECT_GRACE_S
-from tests.unit.stateutil import hist, ok
-from tests.unit.test_state import T0, S, base, err, hb, put, run_fire, start
+from tests.support.stateutil import T0, S, base, err, hb, hist, ok, put, run_fire, start
 
 # --------------------------------------------------------------------- the arithmetic
 

@@ -1,7 +1,7 @@
 """Issue 29 papercut: the live feed of ``raftsched local`` printed three lines per run
 and every leader change once per node, and ``run.start_rejected ... current_fence=None``
 after a restart (the quorum's loss, which it did not show, is
-tests/integration/test_live_feed.py)."""
+tests/cluster/test_live_feed.py)."""
 
 from __future__ import annotations
 

@@ -5,17 +5,10 @@ from __future__ import annotations
 
 from tests.nemesis import checker
 from tests.nemesis.checker import Op, Read
+from tests.support.histories import rec, wl
 
 S = 1000
 T0 = 1_800_000_000_000
-
-
-def rec(job: str, t: int, state: str = "succeeded", **kw):
-    r = {"run_id": f"{job}@{t}", "job_id": job, "scheduled_ms": t, "state": state,
-         "attempt": 1, "fence": 1, "until_ms": None, "count": 1, "manual": False,
-         "started_ms": t, "transitions": []}
-    r.update(kw)
-    return r
 
 
 def kinds(findings):
@@ -53,11 +46,6 @@ def test_fire_times_outside_the_window_and_manual_runs_do_not_count() -> None:
 
 
 # ---------------------------------------------------------------- executions
-
-def wl(run_id, fence, pid, phase, t, attempt=1, node="n1"):
-    return {"RUN_ID": run_id, "JOB_ID": run_id.split("@")[0], "FENCE": str(fence),
-            "ATTEMPT": str(attempt), "NODE_ID": node, "pid": pid, "phase": phase, "t": t}
-
 
 def test_executions_pair_start_ticks_and_end_by_pid() -> None:
     ex = checker.executions([wl("j@1", 3, 10, "start", 1.0), wl("j@1", 3, 10, "tick", 1.2),

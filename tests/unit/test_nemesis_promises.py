@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.nemesis import checker, promises
 from tests.nemesis.checker import Execution
-from tests.nemesis.test_checker import rec, wl
+from tests.support.histories import rec, wl
 
 S = 1000
 T0 = 1_800_000_000_000

@@ -12,7 +12,7 @@ from raftsched.core.model import JobSpec
 from raftsched.core.notify import MAX_PENDING, NotifySpec, due
 from raftsched.core.state import ClusterState
 from raftsched.wire import webhook
-from tests.unit.test_state import T0, S, base, err, finish, ok, put, run_fire, start
+from tests.support.stateutil import T0, S, base, err, finish, ok, put, run_fire, start
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal, ok, state_bytes
+from tests.support.stateutil import forget_refusal, ok, state_bytes
 
 S = 1000
 T0 = 20_000 * 86_400 * S

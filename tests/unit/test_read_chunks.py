@@ -10,8 +10,7 @@ from typing import Any
 from raftsched.core.state import ClusterState
 from raftsched.node.config import Limits
 from raftsched.node.jobops import READ_CHUNK, JobOps
-from tests.unit.stateutil import ok
-from tests.unit.test_state import T0, S, finish, hb, run_fire, start
+from tests.support.stateutil import T0, S, finish, hb, ok, run_fire, start
 
 
 class _Replica:

@@ -16,7 +16,7 @@ import pytest
 from raftsched.core import leader
 from raftsched.core.leader import Capacity, LeaderContext
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import hist, ok
+from tests.support.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -68,7 +68,7 @@ def test_terminal_states_never_move() -> None:
 
 def test_a_refused_finish_outcome_is_a_refused_item_not_an_error() -> None:
     """A started run cannot be 'missed': the finish item is refused, the state kept."""
-    from tests.unit.test_state import base, put  # the state tests' helpers
+    from tests.support.stateutil import base, put  # the state tests' helpers
 
     st = base()
     put(st, "j")

@@ -20,7 +20,7 @@ from hypothesis import strategies as hs
 from raftsched.core import jobs, model, specprep, trigger
 from raftsched.core.commands import from_wire
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import ok, state_bytes
+from tests.support.stateutil import ok, state_bytes
 
 S = 1000
 T0 = 20_000 * 86_400 * S

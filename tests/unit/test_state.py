@@ -10,96 +10,25 @@ from raftsched.core.codec import encode_state
 from raftsched.core.effects import JobRemoved, JobResumed, NodeLost, RunAssigned, StopRun
 from raftsched.core.errors import UnknownJob
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal, hist, ok
+from tests.support.stateutil import (
+    T0,
+    S,
+    base,
+    check_indexes,
+    err,
+    finish,
+    hb,
+    hist,
+    ok,
+    place,
+    put,
+    run_fire,
+    spec,
+    start,
+    two_runs,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-S = 1000
-T0 = 20_000 * 86_400 * S  # midnight UTC: a fire time of every schedule used here
-
-
-# --------------------------------------------------------------------- helpers
-
-def err(st: ClusterState, cmd: Any, code: str | None = None) -> dict[str, Any]:
-    """Apply a command that must be rejected whole, and check it changed nothing."""
-    before = encode_state(st)
-    applied = st.applied
-    reply = st.apply(cmd)
-    assert reply["ok"] is False, (cmd, reply)
-    assert set(reply["error"]) == {"code", "message"}
-    if code is not None:
-        assert reply["error"]["code"] == code, reply
-    assert st.applied == applied + 1
-    remembered = dict(st.dedupe)
-    forget_refusal(st, cmd, reply)
-    st.applied = applied
-    assert encode_state(st) == before, cmd
-    st.applied = applied + 1
-    st.dedupe.clear()
-    st.dedupe.update(remembered)
-    return reply
-
-
-def spec(job: str = "j", **over: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": job, "schedule": {"every": "10s"}, "command": ["true"]}
-    out.update(over)
-    return out
-
-
-def put(st: ClusterState, job: str = "j", at: int = T0 - 5 * S, **over: Any) -> dict[str, Any]:
-    return ok(st, {"op": "put_job", "at": at, "spec": spec(job, **over)})
-
-
-def hb(st: ClusterState, node: str, at: int = T0 - 5 * S, boot: int = 1, slots: int = 4,
-       queue: int = 0, tags: list[str] | None = None) -> None:
-    ok(st, {"op": "heartbeat", "at": at, "node": node, "boot": boot, "slots": slots,
-            "queue": queue, "tags": tags or [], "api": f"{node}:1"})
-
-
-def run_fire(st: ClusterState, job: str, sched: int, node: str | None = "n1",
-             term: int = 1, at: int | None = None, queued: bool = False) -> dict[str, Any]:
-    return ok(st, {"op": "plan", "at": sched if at is None else at, "term": term,
-                   "fires": [["run", job, sched, node, queued]]})
-
-
-def place(st: ClusterState, run_id: str, node: str, at: int, term: int = 1) -> dict[str, Any]:
-    return ok(st, {"op": "plan", "at": at, "term": term, "place": [[run_id, node]]})
-
-
-def start(st: ClusterState, node: str, run_id: str, fence: int, at: int) -> list[Any]:
-    return ok(st, {"op": "start", "at": at, "node": node, "items": [[run_id, fence]]})[
-        "results"]
-
-
-def finish(st: ClusterState, node: str, run_id: str, fence: int, at: int,
-           outcome: str = "succeeded", code: int | None = 0, tail: str = "",
-           reason: str = "") -> list[Any]:
-    return ok(st, {"op": "finish", "at": at, "node": node,
-                   "items": [[run_id, fence, outcome, code, tail, reason]]})["results"]
-
-
-def base(nodes: tuple[str, ...] = ("n1", "n2")) -> ClusterState:
-    st = ClusterState()
-    ok(st, {"op": "leader", "at": T0 - 10 * S, "node": "n1", "term": 1})
-    for n in nodes:
-        hb(st, n)
-    return st
-
-
-def check_indexes(st: ClusterState) -> None:
-    by_node: dict[str, set[str]] = {}
-    for rid, run in st.runs.items():
-        assert run.run_id == rid
-        assert run.state in ("pending", "queued", "assigned", "started")
-        if run.state in ("assigned", "started"):
-            by_node.setdefault(run.node, set()).add(rid)
-        assert rid in st.jobs[run.job_id].active
-    assert {n: s for n, s in st.by_node.items() if s} == by_node
-    assert set(st.pending) == {r for r, run in st.runs.items() if run.state == "pending"}
-    for job, rec in st.jobs.items():
-        assert len(rec.active) == len(set(rec.active))
-        assert all(st.runs[r].job_id == job for r in rec.active)
-
 
 # --------------------------------------------------------------------- jobs
 
@@ -705,18 +634,9 @@ def test_finish_shed_while_assigned() -> None:
 
 # --------------------------------------------------------------------- release / nodes
 
-def _two_runs(st: ClusterState, lost: str = "retry") -> tuple[str, str]:
-    put(st, "j", overlap="allow", on_node_lost=lost)
-    run_fire(st, "j", T0)
-    run_fire(st, "j", T0 + 10 * S)
-    a, b = f"j@{T0}", f"j@{T0 + 10 * S}"
-    start(st, "n1", a, st.runs[a].fence, T0 + 1)
-    return a, b  # a started, b assigned, both on n1
-
-
 def test_release_scope_assigned() -> None:
     st = base()
-    a, b = _two_runs(st)
+    a, b = two_runs(st)
     reply = ok(st, {"op": "release", "at": T0 + 20 * S, "node": "n1", "scope": "assigned",
                     "reason": "disconnected"})
     assert reply["released"] == [b]
@@ -727,7 +647,7 @@ def test_release_scope_assigned() -> None:
 
 def test_release_scope_all_retry() -> None:
     st = base()
-    a, b = _two_runs(st, "retry")
+    a, b = two_runs(st, "retry")
     fence_a = st.runs[a].fence
     st.take_effects()
     reply = ok(st, {"op": "release", "at": T0 + 20 * S, "node": "n1", "scope": "all",
@@ -751,7 +671,7 @@ def test_release_scope_all_retry() -> None:
 
 def test_release_scope_all_fail() -> None:
     st = base()
-    a, b = _two_runs(st, "fail")
+    a, b = two_runs(st, "fail")
     ok(st, {"op": "release", "at": T0 + 20 * S, "node": "n1", "scope": "all"})
     assert a not in st.runs
     assert hist(st, "j")[-1].state == "lost"
@@ -769,7 +689,7 @@ def test_release_rejects_bad_arguments() -> None:
 
 def test_heartbeat_new_boot_releases_started_runs() -> None:
     st = base()
-    a, b = _two_runs(st, "retry")
+    a, b = two_runs(st, "retry")
     hb(st, "n1", at=T0 + 20 * S, boot=1)   # same boot: nothing happens
     assert st.runs[a].state == "started"
     hb(st, "n1", at=T0 + 21 * S, boot=2, slots=8, tags=["x"])

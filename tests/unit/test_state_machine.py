@@ -24,7 +24,7 @@ from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAs
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.model import job_of_run
 from raftsched.core.state import ClusterState
-from tests.unit.stateutil import forget_refusal, state_bytes
+from tests.support.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ from raftsched.core.state import ClusterState
 from raftsched.node import worker
 from raftsched.node.clock import now_ms
 from raftsched.node.worker import WorkerPool
-from tests.unit.stateutil import ok
+from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(60)
 
