@@ -25,6 +25,7 @@ from raftsched.wire.secretfile import (
     register,
     unregister,
 )
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,7 +51,7 @@ def test_a_missing_journal_is_a_new_node(tmp_path: Any) -> None:
     assert check_journal(str(tmp_path / "raft.journal")) == 0
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(n=st.integers(0, 60), first=st.integers(1, 10**6), term=st.integers(0, 1000))
 def test_journals_pysyncobj_writes_pass(tmp_path_factory: Any, n: int, first: int,
                                         term: int) -> None:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from raftsched.node import admission
 from raftsched.node.admission import Admission
+from tests.support.budget import examples
 
 P = admission.PERIOD_S
 
@@ -92,7 +93,7 @@ def test_a_long_pause_is_not_replayed_period_by_period() -> None:
     assert a.grant(10**6, 3600.0) <= int(a.rate * admission.BURST_S)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(steps=st.lists(st.tuples(st.floats(0, 0.6), st.integers(0, 500),
                                 st.floats(0, 2.0)), min_size=1, max_size=60))
 def test_what_is_granted_never_exceeds_the_bucket_plus_the_rate_over_time(

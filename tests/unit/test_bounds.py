@@ -50,6 +50,7 @@ from raftsched.core.trigger import (
     schedule_from_spec,
 )
 from tests.fixtures.formats import fixture_dir, journal_blobs
+from tests.support.budget import examples
 from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(120)
@@ -149,7 +150,7 @@ def schedules(draw: Any) -> Schedule:
 _near = st.integers(-3 * 86_400, 3 * 86_400).map(lambda s: T0 + s * S)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(sched=schedules(), start=st.one_of(st.none(), _near), span=st.integers(1, 2 * 86_400),
        no_end=st.booleans(), after=_near, width=st.integers(0, 86_400))
 def test_bounded_fire_times_are_the_unbounded_ones_within_the_bounds(
@@ -175,7 +176,7 @@ def test_bounded_fire_times_are_the_unbounded_ones_within_the_bounds(
     assert first == (t if t is not None and inside(t) else None)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(sched=schedules(), start=_near, span=st.integers(1, 86_400), hwm=_near,
        now=_near, policy=st.sampled_from(list(MisfirePolicy)), grace=st.integers(0, 3600))
 def test_the_miss_detector_never_runs_or_misses_outside_the_bounds(
@@ -238,7 +239,7 @@ def outcomes(state: ClusterState, job: str) -> dict[int, int]:
     return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(start_s=st.integers(-30, 60), span_s=st.integers(1, 120),
        ticks=st.lists(st.integers(1, 25), min_size=5, max_size=40),
        failovers=st.sets(st.integers(0, 39), max_size=4))

@@ -28,6 +28,7 @@ from raftsched.core.codec import (
 from raftsched.core.errors import FrameTooLarge, ProtocolError
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
+from tests.support.budget import examples
 
 #: A command version no release of this code reads.
 NEWER_COMMAND_VERSION = max(COMMAND_VERSIONS) + 1
@@ -78,7 +79,7 @@ def test_decode_command_rejects(blob: Any) -> None:
     assert decode_command(blob) is None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=64))
 def test_decode_command_never_raises(blob: bytes) -> None:
     out = decode_command(blob)
@@ -93,7 +94,7 @@ _values = st.recursive(
     max_leaves=12)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.dictionaries(st.text(max_size=6).filter(lambda k: k != "v"), _values, max_size=6))
 def test_command_round_trip_property(cmd: dict[str, Any]) -> None:
     assert decode_command(encode_command(cmd)) == dict(cmd, v=COMMAND_VERSION)

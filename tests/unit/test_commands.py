@@ -18,6 +18,7 @@ from raftsched.core import commands as c
 from raftsched.core.codec import decode_command, encode_command
 from raftsched.core.errors import InvalidArgument
 from raftsched.core.packing import packb
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -53,14 +54,14 @@ def legacy_client(cmd: dict[str, Any], rid: str, at: int) -> dict[str, Any]:
     return cmd
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(spec=SPEC, max_jobs=INT, rid=RID, at=AT)
 def test_put_job(spec: dict[str, Any], max_jobs: int, rid: str, at: int) -> None:
     check(client(c.PutJob(spec=spec, max_jobs=max_jobs, at=0), rid, at),
           legacy_client({"op": "put_job", "spec": spec, "max_jobs": max_jobs}, rid, at))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(specs=st.lists(SPEC, min_size=1, max_size=4), max_jobs=INT, atomic=st.booleans(),
        rid=RID, at=AT)
 def test_put_jobs(specs: list[dict[str, Any]], max_jobs: int, atomic: bool, rid: str,
@@ -72,7 +73,7 @@ def test_put_jobs(specs: list[dict[str, Any]], max_jobs: int, atomic: bool, rid:
                  at), legacy_client(legacy, rid, at))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(job=ID, rid=RID, at=AT, flag=st.booleans(), missed=INT, node=ID,
        to=st.none() | ID)
 def test_client_commands(job: str, rid: str, at: int, flag: bool, missed: int, node: str,
@@ -91,7 +92,7 @@ def test_client_commands(job: str, rid: str, at: int, flag: bool, missed: int, n
         check(client(typed, rid, at), legacy_client(legacy, rid, at))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(node=ID, at=AT, boot=INT, slots=INT, queue=INT, tags=st.lists(ID, max_size=3),
        api=st.text(max_size=20), pid=st.integers(1, 2**22))
 def test_heartbeat(node: str, at: int, boot: int, slots: int, queue: int, tags: list[str],
@@ -102,7 +103,7 @@ def test_heartbeat(node: str, at: int, boot: int, slots: int, queue: int, tags: 
            "queue": queue, "tags": list(tags), "api": api, "pid": pid})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(node=ID, term=TERM, at=AT, skew=st.dictionaries(ID, st.integers(-10**6, 10**6)),
        scope=st.sampled_from(["all", "assigned"]), reason=st.text(max_size=20))
 def test_leader_commands(node: str, term: int, at: int, skew: dict[str, int], scope: str,
@@ -123,7 +124,7 @@ MISS = st.tuples(st.just("miss"), ID, INT, INT, st.integers(1, 10**5),
     lambda m: m[2] <= m[3])
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(at=AT, term=TERM, node=ID, fires=st.lists(RUN | MISS, max_size=6),
        place=st.lists(st.tuples(ID, ID), max_size=3),
        drop=st.lists(st.tuples(ID, st.sampled_from(sorted(c.DROP_OUTCOMES)),
@@ -146,7 +147,7 @@ def test_plan(at: int, term: int, node: str, fires: list[tuple[Any, ...]],
     check(typed, legacy)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(node=ID, at=AT, starts=st.lists(st.tuples(ID, INT), min_size=1, max_size=4),
        finishes=st.lists(st.tuples(ID, INT, st.sampled_from(sorted(c.FINISH_OUTCOMES)),
                                    st.none() | st.integers(-255, 255), st.text(max_size=20),

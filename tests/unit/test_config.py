@@ -33,6 +33,7 @@ from raftsched.node.config import (
     split_addr,
 )
 from raftsched.node.notifyconfig import NotifyConfig
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -447,7 +448,7 @@ def test_secret_never_in_config_or_messages() -> None:
     assert messages and not any(SECRET in m or SECRET[:8] in m for m in messages)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1,
                max_size=MIN_SECRET_LEN - 1))
 def test_no_short_secret_leaks(short: str) -> None:
@@ -460,7 +461,7 @@ def test_no_short_secret_leaks(short: str) -> None:
     assert str(info.value) == str(other.value)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.sampled_from(["127.0.0.1", "10.2.3.4", "localhost", "node-7.example.org", "[::1]",
                         "[2001:db8::5]"]),
        st.integers(min_value=1, max_value=65535))

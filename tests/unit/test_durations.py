@@ -14,6 +14,7 @@ from raftsched.core.durations import (
     parse_timestamp,
 )
 from raftsched.core.errors import InvalidSpec
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -117,7 +118,7 @@ def test_format_rejects_bad_input() -> None:
         format_duration(True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=0, max_value=10**15))
 def test_round_trip_from_ms(ms: int) -> None:
     text = format_duration(ms)
@@ -128,7 +129,7 @@ def test_round_trip_from_ms(ms: int) -> None:
 _COMPONENT = st.tuples(st.integers(0, 10**6), st.sampled_from(["d", "h", "m", "s", "ms"]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_COMPONENT, min_size=1, max_size=5, unique_by=lambda c: c[1]))
 def test_round_trip_from_text(components: list[tuple[int, str]]) -> None:
     order = ["d", "h", "m", "s", "ms"]
@@ -142,7 +143,7 @@ def test_round_trip_from_text(components: list[tuple[int, str]]) -> None:
     assert format_duration(parse_duration(canonical, "f")) == canonical
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 10**6), st.integers(0, 999), st.sampled_from(["s", "m", "h", "d"]))
 def test_decimal_fractions_are_exact(whole: int, frac: int, unit: str) -> None:
     unit_ms = {"d": _D, "h": _H, "m": _M, "s": _S}[unit]
@@ -206,7 +207,7 @@ def test_format_timestamp(ms: int, text: str) -> None:
     assert format_timestamp(ms) == text
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(min_value=-62_135_596_800_000, max_value=253_402_300_799_999))
 def test_timestamp_round_trip(ms: int) -> None:
     assert parse_timestamp(format_timestamp(ms), "at") == ms

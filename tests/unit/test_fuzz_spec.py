@@ -26,11 +26,12 @@ from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
 from raftsched.core.state import ClusterState
+from tests.support.budget import examples
 from tests.support.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(120)
 
-FUZZ = settings(max_examples=300, deadline=None, database=None,
+FUZZ = settings(max_examples=examples(300), deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 MARK = "ENVSECRET"  # every generated env value carries it; no error message may

@@ -28,6 +28,7 @@ from raftsched.core.trigger import fire_times, next_fire
 from raftsched.node import leaderloop
 from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import LeaderLoop
+from tests.support.budget import examples
 from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(120)
@@ -299,7 +300,7 @@ ACTIONS = hst.lists(hst.one_of(
     hst.tuples(hst.just("tick"), hst.integers(1, 3000))), min_size=1, max_size=60)
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=examples(100), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(n_jobs=hst.integers(1, 40), slots=hst.integers(1, 8), cap=hst.integers(1, 6),
        flying=hst.integers(1, 4), everies=hst.lists(hst.sampled_from(["1s", "2s", "5s"]),

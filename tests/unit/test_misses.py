@@ -20,6 +20,7 @@ from raftsched.core.misses import (
 )
 from raftsched.core.model import MisfirePolicy, MisfireSpec, Overlap
 from raftsched.core.trigger import Schedule, count_fires, fire_times, schedule_from_spec
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -270,7 +271,7 @@ def test_cron_wildcard_hour_across_dst_days() -> None:
 
 # --------------------------------------------------------------------- properties
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(every=st.sampled_from([1, 7, 10, 60, 3600]),
        hwm=st.integers(0, 10_000),
        gap=st.integers(0, 20_000),

@@ -27,6 +27,7 @@ from raftsched.core.model import (
     run_id_of,
 )
 from raftsched.core.trigger import ScheduleKind
+from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -372,7 +373,7 @@ def valid_specs(draw: Any) -> dict[str, Any]:
     return spec
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(valid_specs())
 def test_round_trip(raw: dict[str, Any]) -> None:
     spec = JobSpec.from_spec(raw)
@@ -416,7 +417,7 @@ def test_delay_defaults_and_zero() -> None:
     assert RetrySpec(backoff_ms=5000, backoff_max_ms=1000).delay_ms(1) == 1000
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.integers(0, 86_400_000), st.integers(0, 7 * 86_400_000), st.integers(1, 200))
 def test_delay_monotonic_and_bounded(backoff: int, cap: int, attempt: int) -> None:
     r = RetrySpec(max=100, backoff_ms=backoff, backoff_max_ms=cap)

@@ -20,6 +20,7 @@ from hypothesis import strategies as hs
 from raftsched.core import jobs, model, specprep, trigger
 from raftsched.core.commands import from_wire
 from raftsched.core.state import ClusterState
+from tests.support.budget import examples
 from tests.support.stateutil import ok, state_bytes
 
 S = 1000
@@ -138,7 +139,7 @@ def _batches(draw: Any) -> list[Any]:
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(specs=_batches(), atomic=hs.booleans(), op=hs.sampled_from(["put_job", "put_jobs",
                                                                     "apply"]))
 def test_a_put_prepared_outside_the_lock_leaves_the_same_state_and_reply(

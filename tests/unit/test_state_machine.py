@@ -24,6 +24,7 @@ from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAs
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.model import job_of_run
 from raftsched.core.state import ClusterState
+from tests.support.budget import examples
 from tests.support.stateutil import forget_refusal, state_bytes
 
 pytestmark = pytest.mark.timeout(60)
@@ -411,6 +412,6 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 
 SchedulerMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
+    max_examples=examples(200), stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 test_scheduler_state_machine = SchedulerMachine.TestCase

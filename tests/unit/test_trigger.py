@@ -7,7 +7,6 @@ import functools
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
-from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
@@ -30,13 +29,16 @@ from raftsched.core.trigger import (
     schedule_from_spec,
     schedule_to_row,
 )
+from tests.support.budget import examples
+from tests.support.zones import zone as tzdata_zone
 
 pytestmark = pytest.mark.timeout(60)
 
 _S, _M, _H, _D = 1000, 60_000, 3_600_000, 86_400_000
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"]
 DST_ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe"]
-PROPS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(max_examples=examples(200), deadline=None,
+                 suppress_health_check=[HealthCheck.too_slow])
 instants = st.integers(946_684_800_000, 4_102_444_800_000)  # 2000 .. 2100
 
 
@@ -60,7 +62,7 @@ def walk(schedule: Schedule, after: int, until: int, cap: int = 10_000) -> list[
 
 
 def local(t: int, tz: str) -> datetime:
-    return datetime.fromtimestamp(t / 1000, ZoneInfo(tz))
+    return datetime.fromtimestamp(t / 1000, tzdata_zone(tz))
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -276,7 +278,7 @@ def test_day_fields_follow_cronie(expr: str, days: list[int]) -> None:
 def test_dst_wildcard_is_minute_or_hour_starting_with_star(
     expr: str, tz: str, day: str, expected: list[str]
 ) -> None:
-    zone = ZoneInfo(tz)
+    zone = tzdata_zone(tz)
     start = int(datetime.fromisoformat(f"{day}T00:00").replace(tzinfo=zone).timestamp() * 1000)
     end = int(datetime.fromisoformat(f"{day}T23:59").replace(tzinfo=zone).timestamp() * 1000)
     want = [ms(f"{day}T{e}") for e in expected]
@@ -350,7 +352,7 @@ def test_wildcard_hour_jobs_follow_elapsed_time(
 @functools.cache
 def _transitions(tz: str, year: int) -> tuple[int, ...]:
     """UTC offset changes of ``tz`` in ``year`` (ms), found by scanning and bisecting."""
-    zone = ZoneInfo(tz)
+    zone = tzdata_zone(tz)
 
     def off(t: int) -> timedelta | None:
         return datetime.fromtimestamp(t / 1000, zone).utcoffset()
@@ -397,7 +399,7 @@ def _brute(expr: str, tz: str, start: int, end: int, step: int) -> list[int]:
     iff its wall clock is the first to reach a matching wall time. ``start`` must not be
     in a repeated hour."""
     minute, hour = expr.split()[-5:-3]
-    match, zone, wild = _matcher(expr), ZoneInfo(tz), minute[0] == "*" or hour[0] == "*"
+    match, zone, wild = _matcher(expr), tzdata_zone(tz), minute[0] == "*" or hour[0] == "*"
 
     def wall(t: int) -> datetime:
         return datetime.fromtimestamp(t / 1000, zone).replace(tzinfo=None, fold=0)
@@ -454,7 +456,7 @@ def _valid(expr: str, tz: str) -> Schedule:
         raise
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cron_exprs(six=False, mostly_daily=True), st.sampled_from(DST_ZONES),
        st.integers(2001, 2099), st.integers(0, 1), st.integers(1, 36 * 60))
 def test_matches_brute_force_around_transitions(
@@ -472,7 +474,7 @@ def test_matches_brute_force_around_transitions(
         assert latest_fire_at_or_before(s, start, probe) == (before[-1] if before else None)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cron_exprs(six=True, mostly_daily=True), st.sampled_from(DST_ZONES), st.integers(0, 1),
        st.integers(1, 120))
 def test_matches_brute_force_with_seconds(expr: str, tz: str, which: int, minutes: int) -> None:
@@ -546,7 +548,7 @@ def test_range_functions_agree_with_next_fire(
     assert latest_fire_at_or_before(s, after, until) == (fires[-1] if fires else None)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cron_exprs(), st.sampled_from([*DST_ZONES, "UTC", "Asia/Kolkata"]),
        st.integers(2001, 2099), st.integers(0, 1), st.integers(-3 * _D, 2 * _D),
        st.integers(0, 4 * _D))
