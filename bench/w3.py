@@ -1,9 +1,9 @@
 """W3 crashed claim holder: a node that dies the moment a run is assigned to it.
 
-n1 and n2 start and elect a leader; n3 starts with ``RAFTSCHED_FAULT=exit_after_claim``
-(it ``os._exit``\\ s as soon as its worker sees a run assigned to it). 20 every-second
-jobs are put. Each time n3 exits, the runs it held are found in the records (their
-transitions show ``assigned`` to n3) and the delay is measured as
+n1 and n2 start and elect a leader; n3 starts with the test fault ``exit_after_claim``
+(``tests/support/faulthooks.py``: it exits as soon as its worker sees a run assigned to
+it). 20 every-second jobs are put. Each time n3 exits, the runs it held are found in
+the records (their transitions show ``assigned`` to n3) and the delay is measured as
 ``started_ms`` (on the other node) − max(n3's assignment time, ``scheduled_ms``): how
 long the crashed claim delayed the run beyond when it could have started. n3 is then
 restarted with the fault, a few times.
@@ -31,6 +31,7 @@ from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, fmt, lock_report, pysyncobj_problems
 from raftsched.node.config import Timing
+from tests.support.faulthooks import fault_env
 
 JOBS = 20
 #: The killed-follower case: jobs, kills, and how long before an instant the kill comes.
@@ -45,7 +46,7 @@ def _cluster_run(ctx: Ctx, name: str, reps: int) -> dict[str, Any]:
     times. Returns the exits, the runs and the node-log problems."""
     c = BenchCluster(ctx.dir(name), workers=64, queue=4096, history_limit=1000)
     ids = [f"w3-{i:02d}" for i in range(JOBS)]
-    fault = {"RAFTSCHED_FAULT": "exit_after_claim"}
+    fault = fault_env(ctx.dir(name), "exit_after_claim")
     exits: list[dict[str, Any]] = []
     try:
         c.start("n1")
@@ -107,7 +108,7 @@ def _analyse(run: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def run_w3(ctx: Ctx) -> Result:
-    res = Result("W3", "W3 crashed claim holder (RAFTSCHED_FAULT=exit_after_claim on n3)")
+    res = Result("W3", "W3 crashed claim holder (exit_after_claim on n3)")
     reps = 3 if ctx.quick else 10
     main = _cluster_run(ctx, "w3", reps)
     exits, never = _analyse(main)

@@ -223,7 +223,7 @@ class LoopbackCluster:
 
     ``pythonpath`` is put first on the nodes' ``PYTHONPATH`` (the source tree, so that
     ``call`` jobs find modules outside the package); ``env`` is added to every node's
-    environment (``RAFTSCHED_FAULT`` is never inherited); ``http`` gives every node an
+    environment; ``http`` gives every node an
     HTTP API address (``self.http``). The config keywords are :func:`config_text`'s."""
 
     #: ``status`` and ``wait_leader`` defaults (seconds).
@@ -268,7 +268,6 @@ class LoopbackCluster:
         if self.pythonpath:
             full["PYTHONPATH"] = self.pythonpath + (
                 os.pathsep + full["PYTHONPATH"] if full.get("PYTHONPATH") else "")
-        full.pop("RAFTSCHED_FAULT", None)
         full.update(self.base_env)
         full.update(env or {})
         return full

@@ -1,7 +1,7 @@
 """The node's wall clock: the one place the edges read the time of day.
 
 Everything a node stamps into a command (``at``, fire decisions, heartbeats) comes from
-:func:`now_ms`. Test-only fault injection (like ``RAFTSCHED_FAULT``), off by default:
+:func:`now_ms`. Offsets for the fault tests, off by default:
 ``RAFTSCHED_CLOCK_OFFSET_MS`` shifts a node's clock once at start (a leader whose clock
 is behind can never assign a fire time twice; the skew shows in ``status``), and
 ``RAFTSCHED_CLOCK_FILE`` names a file holding an offset in milliseconds that is re-read

@@ -12,7 +12,6 @@ leader releases them no sooner (core/lease.py has the arithmetic for both sides)
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
 import logging
 import os
@@ -40,7 +39,6 @@ class Liveness:
 
     def __init__(self, *, raft: RaftNode, worker: WorkerPool, guard: Guard | None,
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
-                 fault: str = "",
                  on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.raft = raft
         self.worker = worker
@@ -50,8 +48,6 @@ class Liveness:
         self.boot_ms = boot_ms
         #: The commands this release knows, as every heartbeat announces them.
         self.features = features
-        #: Test-only fault injection (RAFTSCHED_FAULT); only ``unanswered_heartbeat`` here.
-        self.fault = fault
         #: Send time (monotonic) of the newest acknowledged heartbeat, for the guard.
         self.last_ack_send = time.monotonic()
         #: Send time (monotonic) of the newest heartbeat the cluster acknowledged: the
@@ -131,13 +127,6 @@ class Liveness:
                 sent_at = now
                 try:
                     fut = self.raft.submit(self._heartbeat())
-                    if self.fault == "unanswered_heartbeat" and self.worker.counters.started >= 3:
-                        # Test-only (RAFTSCHED_FAULT): once, a heartbeat commits but its
-                        # callback never comes, as pysyncobj does for a command forwarded
-                        # to a leader that died.
-                        self.fault = ""
-                        log.warning("test fault: a heartbeat left unanswered")
-                        fut = concurrent.futures.Future()
                     pending = asyncio.wrap_future(fut)
                     pending.add_done_callback(functools.partial(self._acked, sent_at))
                 except RaftschedError:

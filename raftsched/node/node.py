@@ -130,7 +130,6 @@ class Node:
         ssl_ctx = server_context(*tls) if tls is not None else None
         self._pointer: str | None = None
         self.boot_ms = now_ms()
-        self.fault = env.get("RAFTSCHED_FAULT", "")
         if env.get("RAFTSCHED_CLOCK_OFFSET_MS"):
             set_offset_ms(int(env["RAFTSCHED_CLOCK_OFFSET_MS"]))
         if env.get("RAFTSCHED_CLOCK_FILE"):
@@ -171,7 +170,7 @@ class Node:
             node_id=node_id, raft=self.raft, slots=self.me.workers,
             output_tail_bytes=cfg.limits.output_tail_bytes,
             allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
-            on_started=metrics.run_started if metrics is not None else None, fault=self.fault,
+            on_started=metrics.run_started if metrics is not None else None,
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
@@ -185,7 +184,7 @@ class Node:
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=features, fault=self.fault,
+                                 features=features,
                                  on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
@@ -430,8 +429,6 @@ class Node:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if self.fault == "hang_on_stop":  # test-only: a shutdown that never ends
-                time.sleep(3600)
             self._release()
             events.emit("node.stopped", node=self.node_id)
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,7 +105,7 @@ class WorkerPool(WorkerCommits):
 
     def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
                  allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
-                 base_env: dict[str, str], on_started: Any = None, fault: str = "",
+                 base_env: dict[str, str], on_started: Any = None,
                  prestart_ms: int = 0, fence_grace_s: float | None = None,
                  guard: Guard | None = None, lease: Callable[[], float] | None = None,
                  lease_s: float = float("inf"), logs: RunLogs | None = None) -> None:
@@ -128,7 +127,6 @@ class WorkerPool(WorkerCommits):
         self.lease_s = lease_s
         self.base_env = base_env
         self.on_started = on_started
-        self.fault = fault
         # A run's start is committed up to this long before its instant, then the
         # worker waits for the instant: commit latency does not become scheduling lag.
         self.prestart_ms = prestart_ms
@@ -312,9 +310,6 @@ class WorkerPool(WorkerCommits):
                 # A newer attempt here while the older still runs (its cancel queued).
                 old.execution.stop(self.kill_grace_s, "a newer attempt of the run began")
             self.local[loc.run_id] = loc
-            if self.fault == "exit_after_claim":
-                # Test-only fault injection (RAFTSCHED_FAULT): die holding the claim.
-                os._exit(137)
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it.
         busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))

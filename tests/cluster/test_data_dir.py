@@ -16,6 +16,7 @@ import pytest
 
 import raftsched
 from raftsched.core.errors import DataDirLocked
+from tests.support.faulthooks import fault_env
 from tests.support.harness import ROOT, Cluster, free_ports, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -138,7 +139,7 @@ def test_a_stuck_shutdown_still_ends_the_process(cluster_factory: Any) -> None:
     # The watchdog's limit counts after the drain: RAFTSCHED_STOP_LIMIT_S plus
     # timing.stop_timeout (30 s by default, 1 s here).
     c = cluster_factory(1, timing={"stop_timeout": "1s"})
-    c.start("n1", env={"RAFTSCHED_FAULT": "hang_on_stop", "RAFTSCHED_STOP_LIMIT_S": "2"})
+    c.start("n1", env={**fault_env(c.tmp, "hang_on_stop"), "RAFTSCHED_STOP_LIMIT_S": "2"})
     c.wait_leader()
     code, took = _stop(c, bound=30)
     assert code == 1 and took < 30

@@ -18,6 +18,7 @@ import pytest
 
 from raftsched.core.durations import format_timestamp
 from raftsched.core.trigger import jitter_ms
+from tests.support.faulthooks import fault_env
 from tests.support.harness import (
     outcomes_by_fire_time,
     read_witness,
@@ -101,7 +102,7 @@ def test_crashed_claim_holder_releases_its_claim_before_any_timeout(cluster_fact
     c.start("n2")
     c.wait_leader(among=["n1", "n2"])
     # n3 exits the moment it sees a run assigned to it, before starting it (test-only fault).
-    c.start("n3", env={"RAFTSCHED_FAULT": "exit_after_claim"})
+    c.start("n3", env=fault_env(c.tmp, "exit_after_claim"))
     wait_until(lambda: len([n for n in c.status("n1")["nodes"] if n["alive"]]) == 3, 20,
                "n3 joined")
     ran = str(tmp_path / "ran.jsonl")

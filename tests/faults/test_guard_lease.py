@@ -11,7 +11,7 @@ run, one run burning attempts 3–6 in 60 ms. Now an unanswered heartbeat is aba
 after two periods, an acknowledgement moves the guard's deadline at once, and a run
 spawns only while the node holds a fresh lease (an acknowledged heartbeat within half
 the node timeout), i.e. while the guard's deadline is still ahead of it.
-``RAFTSCHED_FAULT=unanswered_heartbeat`` (test-only) drops the callback of one heartbeat
+``unanswered_heartbeat`` (tests/support/faulthooks.py) drops the callback of one heartbeat
 once the node has started three runs.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.faulthooks import fault_env
 from tests.support.harness import wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(150)]
@@ -28,7 +29,7 @@ def test_an_unanswered_heartbeat_never_gets_runs_killed_by_the_guard(cluster_fac
                                                                      tmp_path):
     # Only n2 may run the jobs, and only n2 has the fault.
     c = cluster_factory(3, tags={"n2": ["x"]})
-    c.start_all(env={"n2": {"RAFTSCHED_FAULT": "unanswered_heartbeat"}})
+    c.start_all(env={"n2": fault_env(c.tmp, "unanswered_heartbeat")})
     c.wait_leader()
     ran = str(tmp_path / "ran.jsonl")
     jobs = [f"g{i}" for i in range(3)]

@@ -103,7 +103,6 @@ class Nodes:
         # (tests/support/journalhooks.py): each kill is a power cut of that node.
         env["PYTHONPATH"] = os.pathsep.join([hook_dir(self.out), ROOT, env.get("PYTHONPATH", "")])
         env["RS_TEST_LOSSY_JOURNAL"] = "1"
-        env.pop("RAFTSCHED_FAULT", None)
         env["RS_NEMESIS_SECRET"] = self.secret
         env["RAFTSCHED_CLOCK_FILE"] = self.clock_files[nid]
         procs_file = os.path.join(self.groups[nid], "cgroup.procs")
