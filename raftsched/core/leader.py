@@ -95,6 +95,16 @@ class LeaderContext:
     budget: int = MAX_RUNS_PER_PLAN
 
 
+def capacities(st: ClusterState, unavailable: Collection[str] = ()) -> tuple[Capacity, ...]:
+    """The nodes that may take work, by id: alive and not draining in the state, and
+    not ``unavailable`` (to the leader: lost, or cut off from it), with their load."""
+    return tuple(
+        Capacity(node_id=node_id, tags=frozenset(rec.tags), slots=rec.slots,
+                 limit=rec.slots + rec.queue, load=len(st.by_node.get(node_id, ())))
+        for node_id, rec in sorted(st.nodes.items())
+        if rec.alive and not rec.draining and node_id not in unavailable)
+
+
 def place(live: list[Capacity], tags: tuple[str, ...], rotor: int,
           leader: str | None = None) -> Capacity | None:
     """The live node having all ``tags`` with room: one with a free slot before one

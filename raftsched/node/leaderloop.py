@@ -42,6 +42,7 @@ from raftsched.core.leader import (
     Capacity,
     LeaderContext,
     PlanInput,
+    capacities,
     plan_from,
     plan_input,
 )
@@ -462,19 +463,14 @@ class LeaderLoop:
                 and not self.missing_feature(applyops.LEASE_FEATURE))
 
     def _capacities(self, st: ClusterState, connected: dict[str, bool]) -> tuple[Capacity, ...]:
-        """The nodes that may take work (call under the state lock: via read())."""
-        out = []
-        for node_id, rec in sorted(st.nodes.items()):
-            if not rec.alive or rec.draining or node_id in self.lost:
-                continue
-            addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
-            if node_id != self.node_id and addr is not None and not connected.get(addr,
-                                                                                      True):
-                continue
-            out.append(Capacity(node_id=node_id, tags=frozenset(rec.tags), slots=rec.slots,
-                                limit=rec.slots + rec.queue,
-                                load=len(st.by_node.get(node_id, ()))))
-        return tuple(out)
+        """The nodes that may take work (call under the state lock: via read()): not
+        lost, and not another node whose Raft connection to this leader is down."""
+        addr_of: dict[str, str] = {}
+        for addr, node_id in self.raft_to_id.items():
+            addr_of.setdefault(node_id, addr)
+        cut_off = {node_id for node_id, addr in addr_of.items()
+                   if node_id != self.node_id and not connected.get(addr, True)}
+        return capacities(st, self.lost | cut_off)
 
     async def _plan_once(self) -> bool:
         """Submit one bounded plan without waiting for it (up to MAX_PLANS_IN_FLIGHT);

@@ -217,3 +217,22 @@ def test_a_disconnected_peer_loses_unstarted_runs_after_the_grace_all_at_its_lea
     [rel] = ldr.look()
     assert (rel.node, rel.scope, rel.hb) == ("n3", "all", T0)
     assert not ldr.alive("n3")
+
+
+def test_the_leader_plans_only_on_live_nodes_it_reaches_that_are_not_draining() -> None:
+    ldr = Leader()
+
+    def live() -> list[str]:
+        connected = ldr.raft.connected_peers()
+        caps = ldr.raft.read(lambda st: ldr.loop._capacities(st, connected))
+        return [c.node_id for c in caps]
+
+    assert live() == ["n1", "n2", "n3"]
+    ldr.raft.connected[ADDR["n3"]] = False  # its Raft connection to the leader is down
+    assert live() == ["n1", "n2"]
+    ldr.raft.connected[ADDR["n3"]] = True
+    ldr.loop.lost.add("n2")  # lost to the leader (its runs are being released)
+    assert live() == ["n1", "n3"]
+    ldr.loop.lost.clear()
+    ok(ldr.raft.st, {"op": "drain", "at": T0, "node": "n3", "draining": True})
+    assert live() == ["n1", "n2"]

@@ -34,11 +34,9 @@ def hb(st: ClusterState, node: str, *, slots: int = 2, queue: int = 0,
 
 
 def caps(st: ClusterState, only: tuple[str, ...] | None = None) -> tuple[Capacity, ...]:
-    """Capacities as the leader loop builds them."""
-    return tuple(
-        Capacity(node_id=n, tags=frozenset(r.tags), slots=r.slots, limit=r.slots + r.queue,
-                 load=len(st.by_node.get(n, ())))
-        for n, r in sorted(st.nodes.items()) if r.alive and (only is None or n in only))
+    """Capacities as the leader loop builds them (the same function); ``only``: the
+    nodes the leader still reaches, the others lost to it."""
+    return leader.capacities(st, () if only is None else set(st.nodes) - set(only))
 
 
 def ctx(st: ClusterState, now: int, *, lookahead: int = 0, live: Any = None,

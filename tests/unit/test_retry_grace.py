@@ -31,9 +31,7 @@ def hb(st: ClusterState, node: str, at: int, boot: int = 1) -> None:
 
 
 def caps(st: ClusterState) -> tuple[Capacity, ...]:
-    return tuple(Capacity(node_id=n, tags=frozenset(r.tags), slots=r.slots,
-                          limit=r.slots + r.queue, load=len(st.by_node.get(n, ())))
-                 for n, r in sorted(st.nodes.items()) if r.alive)
+    return leader.capacities(st)
 
 
 def plan(st: ClusterState, now: int, *, since: int, boot: int) -> dict[str, Any] | None:
