@@ -11,10 +11,13 @@ never in the fast loop by mistake.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -89,9 +92,12 @@ ALLOWED_SKIPS = {
     "no container engine answers here": "no Docker daemon on CI machines",
 }
 _SKIPPED: list[tuple[str, str]] = []
+#: Seconds per test (setup + call + teardown), for the tiers' totals and CI's file.
+_DURATIONS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _DURATIONS[report.nodeid] = _DURATIONS.get(report.nodeid, 0.0) + report.duration
     if report.skipped and not hasattr(report, "wasxfail"):
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -102,6 +108,33 @@ def disallowed_skips(skipped: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The skips ALLOWED_SKIPS does not account for."""
     return [(node, why) for node, why in skipped
             if not any(fragment in why for fragment in ALLOWED_SKIPS)]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """Seconds per tier; with ``RAFTSCHED_DURATIONS=FILE`` (.ci/run sets it) every test's
+    seconds and tier into FILE as JSON, slowest first: which tier a test belongs in is
+    read from data."""
+    if not _DURATIONS:
+        return
+    tiers = {node: tier_of(config.rootpath / node.split("::")[0]) for node in _DURATIONS}
+    seconds: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for node, took in _DURATIONS.items():
+        seconds[tiers[node]] += took
+        counts[tiers[node]] += 1
+    terminalreporter.write_sep("-", "seconds per tier (setup + call + teardown)")
+    terminalreporter.write_line("  ".join(f"{t}: {seconds[t]:.0f} s, {counts[t]} tests"
+                                          for t in TIERS.values() if counts[t]))
+    path = os.environ.get("RAFTSCHED_DURATIONS")
+    if path:
+        ranked = sorted(_DURATIONS.items(), key=lambda kv: -kv[1])
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"tiers": {t: {"seconds": round(seconds[t], 2), "tests": counts[t]}
+                                 for t in TIERS.values() if counts[t]},
+                       "tests": [{"test": node, "tier": tiers[node], "seconds": round(took, 3)}
+                                 for node, took in ranked]}, f, indent=1)
+        terminalreporter.write_line(f"every test's duration: {path}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
