@@ -94,7 +94,12 @@ def test_rolling_restart_with_drain_loses_and_doubles_nothing(cluster_factory, t
     for nid in c.ids:
         with c.client([n for n in c.ids if n != nid]) as cl:
             cl.drain(nid)
-            time.sleep(1.5)  # its placed runs start and finish
+            drained_at = time.monotonic()
+            # Its placed runs start and finish (awaited, not slept for): nothing assigned
+            # to or running on it, a plan's lookahead after the drain committed.
+            wait_until(lambda n=nid, t=drained_at: time.monotonic() > t + 0.5 and next(
+                x["inflight"] for x in cl.status()["nodes"] if x["node_id"] == n) == 0,
+                30, f"{nid}'s placed runs to end")
             c.signal(nid, signal.SIGTERM)
             c.procs[nid].wait(30)
             c.start(nid)

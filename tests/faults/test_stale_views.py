@@ -44,6 +44,19 @@ def interval_witness(path: str, sleep_s: float) -> list[str]:
     return [sys.executable, "-c", script]
 
 
+def ended(path: str, sleep_s: float) -> None:
+    """Wait until every execution started so far has written its end line, or started
+    longer ago than it runs (plus a second): killed, it never will."""
+    started = {(r["RUN_ID"], r["FENCE"]) for r in executions(path)}
+
+    def done() -> bool:
+        now = time.time()
+        return all(r["t1"] > r["t0"] or now > r["t0"] + sleep_s + 1.0
+                   for r in executions(path) if (r["RUN_ID"], r["FENCE"]) in started)
+
+    wait_until(done, sleep_s + 30, "the executions started so far to end")
+
+
 def executions(path: str) -> list[dict]:
     """One record per execution: run id, fence, node, start ``t0`` and end ``t1`` (its
     start if it never reported an end: it was killed)."""
@@ -118,7 +131,7 @@ def test_a_woken_deposed_leader_releases_nothing(cluster_factory, tmp_path):
         stops.append((stopped, t_stop, max(t_woken + 3.0, time.time())))
         time.sleep(1.0)
         healthy = [n for n in c.ids if n != leader]
-    time.sleep(3.0)  # let runs started around the last wake finish and be witnessed
+    ended(ran, 2.5)  # runs started around the last wake finish and are witnessed
     lost = [e for nid in c.ids for e in c.events(nid) if e.get("event") == "node.lost"]
 
     def was_stopped(node: str, ts: float) -> bool:
@@ -163,7 +176,7 @@ def test_a_node_paused_between_start_and_instant_never_spawns_a_moved_run(
         c.signal("n2", signal.SIGCONT)
         pauses.append((t_stop, time.time()))
         time.sleep(2.0)
-    time.sleep(4.0)  # every execution started so far has ended and is witnessed
+    ended(ran, 3.0)  # every execution started so far has ended and is witnessed
     # The fault window happened: the cluster declared the paused n2 lost while it
     # slept (so its runs were handed on) at least once.
     lost = [e["ts_ms"] / 1000 for nid in c.ids for e in c.events(nid)
