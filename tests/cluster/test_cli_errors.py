@@ -12,11 +12,12 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
 from raftsched.wire.client import Client
-from tests.support.harness import ROOT, wait_until
+from tests.support.harness import ROOT, Cluster, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -34,6 +35,19 @@ def cli(cluster, *argv: str, addrs: list[str] | None = None,
         [sys.executable, "-m", "raftsched", *argv, "--addr", addr,
          "--secret-env", "RS_TEST_SECRET", "--timeout", str(timeout)],
         capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One node the read-only tests below share (none changes it; each leaves it
+    answering ``ok``)."""
+    c = Cluster(str(tmp_path_factory.mktemp("cli-errors")), 1, secret=SECRET)
+    try:
+        c.start_all()
+        c.wait_leader()
+        yield c
+    finally:
+        c.close()
 
 
 def health(cluster, nid: str) -> str:
@@ -111,10 +125,8 @@ def test_status_without_a_leader_does_not_call_stopped_nodes_alive(cluster_facto
     assert rows == {"n1": ["yes", "yes"], "n2": ["no", "no"], "n3": ["no", "no"]}, text.stdout
 
 
-def test_errors_are_json_on_stdout_under_json_with_exit_1(cluster_factory):
-    c = cluster_factory(1, secret=SECRET)
-    c.start_all()
-    c.wait_leader()
+def test_errors_are_json_on_stdout_under_json_with_exit_1(one_node: Cluster) -> None:
+    c = one_node
     got = cli(c, "job", "get", "nope", "--json")
     assert got.returncode == 1, got
     assert json.loads(got.stdout) == {"error": {"code": "unknown_job",
@@ -123,21 +135,17 @@ def test_errors_are_json_on_stdout_under_json_with_exit_1(cluster_factory):
     assert "nope" in json.loads(got.stdout)["error"]["message"]
 
 
-def test_pointing_the_cli_at_the_metrics_port_says_so(cluster_factory):
-    c = cluster_factory(1, secret=SECRET)
-    c.start_all()
-    c.wait_leader()
+def test_pointing_the_cli_at_the_metrics_port_says_so(one_node: Cluster) -> None:
+    c = one_node
     res = cli(c, "status", addrs=[c.metrics["n1"]], timeout=8)
     assert res.returncode == 3, res
     assert "metrics port" in res.stderr and "HTTP" in res.stderr, res.stderr
     assert "timed out" not in res.stderr
 
 
-def test_pointing_the_cli_at_the_raft_port_says_so_and_not_tls(cluster_factory):
+def test_pointing_the_cli_at_the_raft_port_says_so_and_not_tls(one_node: Cluster) -> None:
     """Issue 29 papercut: the Raft port's hang-up was reported as "a TLS port?"."""
-    c = cluster_factory(1, secret=SECRET)
-    c.start_all()
-    c.wait_leader()
+    c = one_node
     res = cli(c, "status", addrs=[c.raft["n1"]], timeout=8)
     assert res.returncode == 3, res
     assert "Raft port" in res.stderr and "`api` address" in res.stderr, res.stderr
@@ -148,10 +156,8 @@ def test_pointing_the_cli_at_the_raft_port_says_so_and_not_tls(cluster_factory):
     assert health(c, "n1") == "ok"
 
 
-def test_an_http_client_on_the_api_port_is_told_where_it_is(cluster_factory):
-    c = cluster_factory(1, secret=SECRET)
-    c.start_all()
-    c.wait_leader()
+def test_an_http_client_on_the_api_port_is_told_where_it_is(one_node: Cluster) -> None:
+    c = one_node
     for method in ("GET", "POST", "HEAD", "PUT"):
         req = urllib.request.Request(f"http://{c.api['n1']}/api/v1/jobs", method=method,
                                      data=b"{}" if method in ("POST", "PUT") else None)
