@@ -25,6 +25,7 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -138,6 +139,9 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("", "$ raftsched logs hello@1796090514000"):
         "test_http_job_and_run_log_snippets (sample output compared)",
     ("toml", "[limits]"): "test_job_spec_and_config_snippets_are_valid",
+    ("text", "faces   raftsched/faces/"): "test_architecture_page_names_every_module",
+    ("bash", "HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest"):
+        "test_the_fast_loop_runs_the_tiers_without_node_processes",
 }
 
 
@@ -267,6 +271,34 @@ def test_quoted_validation_errors_are_the_real_ones(tmp_path) -> None:
     with pytest.raises(ConfigError) as cexc:
         load_config(str(cfg))
     assert _quoted(_read(os.path.join(ROOT, "docs", "configuration.md")), str(cexc.value))
+
+
+def test_architecture_page_names_every_module() -> None:
+    """docs/architecture.md is the map of the code as it is: its layer block lists the
+    layer folders top down (what tests/unit/test_layering.py enforces, bottom up: core,
+    wire, node, faces), and the page names every module of the package."""
+    layers = [line.split()[:2] for line in
+              block("text", "faces   raftsched/faces/").text.splitlines() if line.strip()]
+    assert layers == [[name, f"raftsched/{name}/"] for name in ("faces", "node", "wire", "core")]
+    text = _read(os.path.join(ROOT, "docs", "architecture.md"))
+    unnamed = [str(p.relative_to(ROOT)) for p in sorted(Path(ROOT, "raftsched").rglob("*.py"))
+               if p.stem not in ("__init__", "__main__")
+               and not re.search(r"(?<!\w)" + re.escape(p.name), text)]
+    assert not unnamed, f"docs/architecture.md names no {unnamed}: add each where it belongs"
+
+
+def test_the_fast_loop_runs_the_tiers_without_node_processes() -> None:
+    """docs/development.md's fast command runs exactly the folders whose tests carry no
+    integration marker (tests/conftest.py), under a hypothesis profile it registers."""
+    from hypothesis import settings
+
+    from tests.conftest import INTEGRATION_TIERS, TIERS
+
+    cmd = block("bash", "HYPOTHESIS_PROFILE=dev .venv/bin/python -m pytest").text.split()
+    assert cmd[:4] == ["HYPOTHESIS_PROFILE=dev", ".venv/bin/python", "-m", "pytest"]
+    assert sorted(cmd[4:]) == sorted(f"tests/{folder}" for folder, tier in TIERS.items()
+                                     if tier not in INTEGRATION_TIERS)
+    assert settings.get_profile("dev").deadline is None
 
 
 def test_install_snippets_are_what_ci_runs() -> None:
