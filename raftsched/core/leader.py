@@ -8,13 +8,13 @@ Raft thread. Neither mutates the state: the plan takes effect only when committe
 the high-water marks and job versions make a plan from a stale copy, or from a stale
 or second leader, harmless. :func:`plan` is both in one call.
 
-Every plan is bounded (issue 13): it reads at most ``MAX_JOBS_PER_PLAN`` due jobs and
-``MAX_RUNS_PER_PLAN`` pending runs, and creates or places at most ``MAX_RUNS_PER_PLAN``
-runs, so that both the copy and the apply (on every node, under the Raft lock) take
-about a millisecond. A minute's first second of thousands of cron jobs is therefore many
-plans; the leader keeps several in flight and passes the jobs and runs of those not yet
-committed as ``skip_jobs`` / ``skip_runs``, so no job is planned twice and the next plan
-reads the next jobs.
+Every plan is bounded (the lock budget: docs/architecture.md): it reads at most
+``MAX_JOBS_PER_PLAN`` due jobs and ``MAX_RUNS_PER_PLAN`` pending runs, and creates or
+places at most ``MAX_RUNS_PER_PLAN`` runs, so that both the copy and the apply (on every
+node, under the Raft lock) take about a millisecond. A minute's first second of
+thousands of cron jobs is therefore many plans; the leader keeps several in flight and
+passes the jobs and runs of those not yet committed as ``skip_jobs`` / ``skip_runs``, so
+no job is planned twice and the next plan reads the next jobs.
 """
 
 from __future__ import annotations
@@ -36,15 +36,14 @@ if TYPE_CHECKING:
 #: Due jobs read (under the lock) and examined per plan; the rest wait for the next plan,
 #: which the leader makes at once. Reading one costs ~4 us, applying its run ~12 us
 #: unloaded, 10x that on a 2-core host at load 20 (a plan of 128 runs then held the
-#: lock 14-22 ms): W5's 2,600 jobs due in a minute's first second as one plan held it
-#: 671 ms to read and 453 ms to apply.
+#: lock 14-22 ms).
 MAX_JOBS_PER_PLAN = 64
 #: Runs created or placed per plan (and pending runs read for it).
 MAX_RUNS_PER_PLAN = 64
 #: Jobs with missed fire times (a catch-up after downtime) per plan: each is a missed
 #: range besides its run (a plan of 48 applies in ~0.6 ms of CPU, at most ~2.8, like one
 #: of 64 on-time runs); the others wait for the next plan. On-time jobs read in the same
-#: plan are not held back. W6's 1,000 catch-ups took 42 plans at 24 per plan.
+#: plan are not held back.
 MAX_CATCHUP_JOBS_PER_PLAN = 48
 #: A new leader waits this long before it skips a fire time for overlap: finishes the
 #: election held up (a run over on a follower, its finish not yet committed) land in
@@ -344,7 +343,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             # A run this plan creates is the job's previous run for the next fire time
             # in the same plan (a catch-up, or a late fire beside an on-time one):
             # under skip/queue the later one is skipped, queued behind it, or decided
-            # at its fire time, never started beside it (issue 27 item 6). Under
+            # at its fire time, never started beside it. Under
             # overlap = queue the buffered fire is one: later ones see it and skip.
             if queued:
                 active.append((f"{spec.id}@{fire}", "queued"))

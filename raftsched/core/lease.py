@@ -3,8 +3,8 @@ the leader may therefore hand a disconnected node's started runs on.
 
 Pure arithmetic on the configured node timeout (every node has the same), used by the
 node (spawn gate, self-fence, guard deadline) and by the leader (release) so the two
-sides of the argument cannot drift apart. The argument, in README "Failures, claims and
-fencing": all times below count from the *send* time of the node's newest heartbeat the
+sides of the argument cannot drift apart. The argument, in docs/concepts.md ("The
+lease"): all times below count from the *send* time of the node's newest heartbeat the
 cluster acknowledged, on the node's monotonic clock (its guard shares the host's).
 
 - ``lease_ms``: the node spawns a run only within this of it (``WorkerPool._may_spawn``)

@@ -1,4 +1,4 @@
-"""Cluster membership as the replicated state knows it (issue 16 item 1).
+"""Cluster membership as the replicated state knows it.
 
 The cluster TOML only seeds it: the first leader of a new cluster commits the TOML's
 members (``member`` op, action ``seed``, applied only while there are none). After

@@ -5,7 +5,7 @@ fire times that are due into the ones to run and the ones to record as missed, b
 the job's misfire policy. :func:`overlap_decision` applies the overlap policy to a
 fire while earlier runs are active. Nothing here reads a clock or touches I/O.
 
-Definitions (documented in the README):
+Definitions (documented in docs/concepts.md, "What happens to every fire time"):
 
 * A fire time ``f`` is *due* when ``f <= now + lookahead``; it is *late* when
   ``now - f > grace``.

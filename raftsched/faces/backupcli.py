@@ -1,4 +1,4 @@
-"""``raftsched backup FILE`` and ``raftsched restore FILE`` (issue 16 item 5)."""
+"""``raftsched backup FILE`` and ``raftsched restore FILE``."""
 
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ DEFAULT_ADDR = "127.0.0.1:7101"
 ADDR_ENV = "RAFTSCHED_ADDR"
 DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 
-#: Exit codes (**contract**, README "Exit codes"): ok, an error, a usage error, and
+#: Exit codes (**contract**, docs/cli.md "Exit codes and errors"): ok, an error, a usage error, and
 #: "the cluster is degraded or cannot answer" (no quorum, no node reachable).
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 #: Error codes that mean the cluster (not the request) is the problem.

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from raftsched.wire.client import Client
 
-#: The metric holding a node's longest Raft lock hold since it started (issue 13).
+#: The metric holding a node's longest Raft lock hold since it started.
 LOCK_HOLD_MAX = "raftsched_raft_lock_hold_max_seconds"
 
 

@@ -1,4 +1,4 @@
-"""How ``raftsched local`` stops its cluster so that the runs drain (issue 29 item 6).
+"""How ``raftsched local`` stops its cluster so that the runs drain.
 
 A node stopped on its own drains: it starts nothing new and lets its runs finish. But
 ``local`` stopped every node at once: the idle ones left at once, and the last node

@@ -2,7 +2,7 @@
 
 Every run costs the whole cluster: a plan item applied on every node, a start and a
 finish committed through the leader, an execution on a worker. Offered more fire times
-than that can carry (issue 26: 10,000 every-second jobs on two cores), a leader that
+than that can carry (10,000 every-second jobs on two cores), a leader that
 planned as fast as it could filled pysyncobj's queue and the followers' Raft threads
 with work, reads waited behind it, and every fire time it had not reached yet was
 *unaccounted for* rather than late. This controller gives the leader a rate, in runs
@@ -53,7 +53,7 @@ INCREASE = 0.05
 #: A congested period multiplies the rate by this.
 DECREASE = 0.7
 #: Congestion bounds. A plan's commit on an unloaded 2-core host takes 1-5 ms and
-#: 30 ms on average in a 5,000 runs/s storm (the J = 5,000 W1 storm: p99 ~250 ms); a
+#: 30 ms on average in a storm of 5,000 runs/s (p99 ~250 ms); a
 #: follower then lags a few dozen entries, and pysyncobj's queue holds a few dozen
 #: commands.
 COMMIT_HIGH_S = 0.6

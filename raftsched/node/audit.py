@@ -1,5 +1,5 @@
 """Audit events: every request that may change jobs or membership is recorded with the
-credential that made it (issue 16 item 8).
+credential that made it.
 
 One ``audit`` event per such request, on the node that received it, whatever its
 outcome: the op, what it targets (job ids, a node id — never a spec, an env value or

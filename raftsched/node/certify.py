@@ -1,5 +1,5 @@
-"""Death certificates on the node's side (the argument is in guard.py and README
-"Failures, claims and fencing"): the API operation a dead node's guard calls, and the
+"""Death certificates on the node's side (the argument is in guard.py and in
+docs/concepts.md, "The death certificate"): the API operation a dead node's guard calls, and the
 certificate a restarted node writes for its own previous incarnation.
 
 Both end in one committed :class:`~raftsched.core.commands.Certify`; the state machine

@@ -161,8 +161,8 @@ def drop_journal_prefix(journal: Any, count: int) -> bool:
 
     After a snapshot pysyncobj rewrites every entry it keeps, one Python call each,
     in the Raft thread: the tens of thousands written during a 30 s dump stalled a
-    leader past the election timeout (W4 saw the leader change just as the leader's
-    own dump ended). Records do not depend on their position, so the kept ones move
+    leader past the election timeout (docs/architecture.md). Records do not depend on
+    their position, so the kept ones move
     to the front in one copy. The journal is marked empty first: a crash during the
     move leaves an empty journal (the new snapshot holds what came before; a
     follower fetches the rest again), never a torn one."""

@@ -69,8 +69,8 @@ DEFAULT_HEARTBEAT_MS = 500  # six per node_timeout: a lost one or two never lose
 #: so commit latency under a burst (~150 ms p99 for 1000 starts at once on 2 cores)
 #: does not become lag; a crashed holder's claim is still released before its instant.
 DEFAULT_LOOKAHEAD_MS = 250
-#: Far above LAN round trips; a dead leader is replaced in well under a second (W2 in
-#: bench/ measured a 1.2 s median with 300-900 ms); the 3x spread keeps split votes rare.
+#: Far above LAN round trips, so a dead leader is replaced in well under a second; the
+#: 3x spread keeps split votes rare (docs/architecture.md, election timing).
 DEFAULT_ELECTION_TIMEOUT_MIN_MS = 200
 DEFAULT_ELECTION_TIMEOUT_MAX_MS = 600
 DEFAULT_APPEND_PERIOD_MS = 50  # four appends per election_timeout_min: no false timeout

@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
 #: Specs per ``put_jobs`` command of a non-atomic bulk put. Applying a spec costs ~0.1 ms
 #: (0.3-1 ms on a loaded 2-core host) under the Raft lock, on every node and again at
-#: each journal replay: a 1000-spec command held it 90-160 ms (W6), stalling pysyncobj's
-#: heartbeats and every reader. Chunks keep each hold near the 20 ms target (issue 13).
+#: each journal replay; a long hold stalls pysyncobj's heartbeats and every reader, so
+#: chunks keep each hold near the 20 ms budget (docs/architecture.md, bounded plans).
 PUT_CHUNK = 25
 #: Chunks of one bulk put in flight at once (committed in the order submitted; a put
 #: naming one job twice goes one chunk at a time, so that the later spec wins).

@@ -379,9 +379,8 @@ class LeaderLoop:
         that they are gone: each silence (and disconnection, and our own term's start)
         is moved on by the time we did not run, never past now. Only that time: the
         silence before it still counts. (Restarting every timer from the end of the
-        pause, as before, let a loaded leader whose loop stalled 0.3 s every few seconds
-        postpone a dead node's release without end: issue 27, a killed follower's runs
-        moved on after 15.9 s where its lease ended after 8.)"""
+        pause would let a loaded leader whose loop stalls every few seconds postpone a
+        dead node's release without end: docs/architecture.md.)"""
         if self.paused_until <= self.last_tick:
             # A pause before our timers' baseline (e.g. before this term began) is in
             # none of them: its credit must not move a later silence on.

@@ -1,4 +1,4 @@
-"""Adding and removing members of a running cluster (issue 16 item 1).
+"""Adding and removing members of a running cluster.
 
 Two memberships are kept in step, one change at a time:
 

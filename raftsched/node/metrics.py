@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from raftsched.node.raft import RaftNode
     from raftsched.node.worker import WorkerStatistics
 
-#: Raft lock holds: the target is none over 20 ms (issue 13).
+#: Raft lock holds: the target is none over 20 ms (docs/architecture.md, the lock budget).
 _HOLD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,
                  0.5, 1, 2.5, 5)
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

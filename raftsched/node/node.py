@@ -91,19 +91,11 @@ log = logging.getLogger("raftsched.node")
 
 #: The cyclic GC's thresholds. A collection runs inside whatever allocated last, often
 #: an apply under the Raft lock, and costs ~1 us per object of the generations it
-#: collects. The state is long-lived: every run record survives the young collections
-#: and waits in the middle generation. With (10_000, 50, 100) that generation held 50
-#: young collections' survivors (a fresh node's 10,000 jobs and 67,000 runs) and its
-#: collection took 160-250 ms of CPU, 171 ms of it inside a plan apply in W5;
-#: (5_000, 4, 100) keeps young collections ≤ 9 ms and the middle one ≤ 17 ms, for
-#: ~1.5x the total (0.8 s of CPU per 900 s of W5, ``bench/results/2026-12-02-put-prep.md``).
-#: A full collection still walks the whole state, when a quarter of it is new since the
-#: last (CPython's rule): under a fire storm the state and the in-flight work grow fast,
-#: and full collections of 1-6 s (gcwatch's log) stalled every thread of the node,
-#: pysyncobj's included: J = 10,000 changed the term 17-41 times in a 15 s window.
-#: A full collection every 1,000 middle ones (50M net allocations, not 2M) and a middle
-#: one every 10 young kept the term still there, for middle collections up to ~2.5x
-#: longer (``bench/results/2026-12-03-w1-regression.md``).
+#: collects; the state is long-lived and every run record survives the young ones. So
+#: young collections stay small and short, a middle one comes every 10 young, and a
+#: full one (which walks the whole state and stalls every thread, pysyncobj's
+#: heartbeats included) only every 1,000 middle ones. The measurements behind the
+#: numbers: docs/architecture.md, the garbage collector's thresholds.
 GC_THRESHOLDS = (5_000, 10, 1_000)
 #: How long a stopping leader tries to hand leadership over before it just leaves.
 SHUTDOWN_TRANSFER_S = 2.0
@@ -413,7 +405,7 @@ class Node:
         finally:
             if self.raft.leader_term() is not None:
                 # A clean stop of the leader hands leadership over first: the cluster
-                # plans on without waiting out an election timeout (issue 16 item 4).
+                # plans on without waiting out an election timeout.
                 with contextlib.suppress(Exception):
                     await self.leader.transfer(wait_s=SHUTDOWN_TRANSFER_S)
             await self.api.close()

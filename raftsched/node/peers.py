@@ -1,6 +1,6 @@
 """A cluster's members from one line (``RAFTSCHED_PEERS``), so one image serves every replica.
 
-Format (**contract**, README "Embedded cluster")::
+Format (**contract**, docs/embedded.md "A cluster inside your app")::
 
     ID=RAFT_HOST:PORT/API_HOST:PORT[/METRICS_HOST:PORT],ID=...
 

@@ -1,4 +1,4 @@
-"""The leader's plans in flight (issue 13): what the next plan must leave out.
+"""The leader's plans in flight: what the next plan must leave out.
 
 Plans are bounded (``core/leader.py``: a millisecond or two to copy and to apply, under
 the Raft lock pysyncobj's thread needs for heartbeats), so a busy second is many plans.

@@ -1,8 +1,8 @@
 """Bulk reads on a busy leader are paced, never refused.
 
 A read builds its views (runs, jobs) under the Raft lock, on the event loop the leader
-plans from. A client fetching every job's history from a leader in a fire storm (the
-W1 storm at J = 20,000, bench/results/2026-12-03-overload.md) kept that lock and the
+plans from. A client fetching every job's history from a leader in a fire storm
+(20,000 every-second jobs: docs/architecture.md) kept that lock and the
 GIL busy back to back: the Raft thread missed its heartbeats and the cluster changed
 leader, which costs more than any read is worth. So while the leader's admission
 control says it has no spare capacity (its last period was congested, or it held

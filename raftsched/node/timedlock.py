@@ -1,4 +1,4 @@
-"""The Raft lock, timed: every hold is measured (issue 13: nothing slow under it).
+"""The Raft lock, timed: every hold is measured (nothing slow may run under it).
 
 pysyncobj's own thread takes ``raft.lock`` to apply commands; a long hold anywhere else
 delays heartbeats and costs elections. Each hold's length goes to an optional observer
@@ -20,7 +20,8 @@ from types import TracebackType
 
 log = logging.getLogger("raftsched.raft")
 
-#: A hold longer than this is logged (warning) with where it was taken (issue 13's target).
+#: A hold longer than this is logged (warning) with where it was taken (the lock budget:
+#: docs/architecture.md).
 SLOW_HOLD_S = 0.02
 
 

@@ -40,16 +40,14 @@ RETRY_MAX_S = 0.1
 #: lag. The costs, which is why only big instants get it: a run's ``finished_ms``
 #: (stamped when the finish is submitted) is up to the hold later than its real end,
 #: and a node that crashes during the hold leaves runs that did execute unfinished, so
-#: ``on_node_lost = retry`` runs them again (W2 with 17 runs per node per instant and
-#: a threshold of 16: 6 such re-runs in 10 leader kills).
+#: ``on_node_lost = retry`` runs them again (docs/architecture.md, the finish hold).
 QUIET_GROUP = 100
 QUIET_MS = 30
 QUIET_MAX_MS = 250
 QUIET_POLL_S = 0.005
 #: Items per start / finish command, each applied under the Raft lock on every node
-#: (issue 13: no hold over 20 ms). A start costs ~4 us to apply, a finish ~10-25 us (its
-#: history, notifications and queued run); 1,600 finishes of W5's minute in one command
-#: held the lock up to 134 ms on a loaded host.
+#: (no hold over 20 ms: docs/architecture.md, bounded plans). A start costs ~4 us to
+#: apply, a finish ~10-25 us (its history, notifications and queued run).
 MAX_START_BATCH = 128
 MAX_FINISH_BATCH = 64
 #: Finish commands of one flush in flight at once.

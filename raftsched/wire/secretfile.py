@@ -14,7 +14,7 @@ and lets a client tell which cluster a node belongs to before it authenticates.
 
 A secret file holds one secret per line (blank lines and ``#`` comments aside): the
 first is the one used, the others are also accepted — the rollover window of a
-rotation (README "Rotating the secret"). Clients use the first.
+rotation (docs/security.md, "Rotating the secret"). Clients use the first.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Signing of failure-notification webhooks (**contract**, README "Failure notifications").
+"""Signing of failure-notification webhooks (**contract**, docs/notifications.md).
 
 The webhook key is derived from the cluster secret, one way, so a receiver can verify
 notifications without holding the secret itself::
