@@ -169,14 +169,10 @@ class Node:
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
         #: The live feed of the HTTP event streams (feed.py).
         self.feed = LiveFeed(node_id)
-        features: tuple[str, ...] = applyops.FEATURES
-        if self.fault == "announce_no_http":
-            # Test-only (RAFTSCHED_FAULT): a member of the release before HTTP jobs.
-            features = tuple(f for f in features if f != "http")
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=features,
+                                 features=applyops.FEATURES,
                                  on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.

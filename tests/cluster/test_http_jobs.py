@@ -27,6 +27,7 @@ from raftsched.core.model import JobSpec
 from raftsched.node.executor import Execution, ExecutionResult, RunContext
 from raftsched.node.runlog import LogLimits, RunLogs
 from raftsched.wire import certs
+from tests.support.faulthooks import fault_env
 from tests.support.harness import ROOT, Cluster, free_ports, wait_until
 from tests.support.httputil import request, tokens, wait_serving
 from tests.support.receiver import Receiver
@@ -294,7 +295,7 @@ def test_http_jobs_wait_until_every_member_runs_this_release(cluster_factory, re
     and part from the others' state: the put is refused, naming it, until it runs this
     release; jobs without http are put as always."""
     c = cluster_factory(3, secret=SECRET, http=True)
-    c.start_all({"n3": {"RAFTSCHED_FAULT": "announce_no_http"}})
+    c.start_all({"n3": fault_env(c.tmp, "announce_no_http")})
     c.wait_leader()
     spec = {"id": "hook", "schedule": {"every": "1m"}, "http": {"url": receiver.url("/h")}}
 

@@ -11,6 +11,8 @@ by wrapping one method of the node's code.
   forwarded to a leader that died (tests/faults/test_guard_lease.py).
 * ``hang_on_stop``: the node's shutdown never ends, right before it releases Raft, the
   guard and its data dir (tests/cluster/test_data_dir.py: the stop watchdog ends it).
+* ``announce_no_http``: the node's heartbeats leave ``http`` out of the commands it
+  knows, as a member of the release before HTTP jobs (tests/cluster/test_http_jobs.py).
 
 A fault that cannot be installed (the code it wraps moved) ends the process at once
 with status 70 and says why: a node that ran without its fault would pass or fail a
@@ -31,7 +33,7 @@ from tests.support.harness import ROOT
 
 #: The environment variable naming the fault.
 FAULT_ENV = "RS_TEST_FAULT"
-FAULTS = ("exit_after_claim", "unanswered_heartbeat", "hang_on_stop")
+FAULTS = ("exit_after_claim", "unanswered_heartbeat", "hang_on_stop", "announce_no_http")
 
 _SITE = """\
 from tests.support import faulthooks
@@ -93,6 +95,16 @@ def install(fault: str) -> Callable[[], None]:
             return __init__
 
         return _wrap(Liveness, "__init__", drop_one_ack)
+    if fault == "announce_no_http":
+        from raftsched.node.liveness import Liveness
+
+        def older_release(orig: Any) -> Any:
+            def __init__(self: Any, *args: Any, **kw: Any) -> None:
+                orig(self, *args, **kw)
+                self.features = tuple(f for f in self.features if f != "http")
+            return __init__
+
+        return _wrap(Liveness, "__init__", older_release)
     if fault == "hang_on_stop":
         from raftsched.node.node import Node
 
