@@ -138,7 +138,7 @@ def test_a_restarts_certificate_keeps_the_node_and_its_assigned_runs() -> None:
     """The restarted incarnation proves the old one dead and heartbeats next: the node
     stays alive (a plan in between must still find it) and keeps its assigned runs."""
     st = base()
-    a, b = _two_runs(st, "retry")
+    a, b = two_runs(st, "retry")
     st.take_effects()
     reply = certify(st, "n1", 1, by="restart")
     assert reply["ok"] and reply["released"] == [a]
