@@ -14,9 +14,12 @@ by wrapping one method of the node's code.
 * ``announce_no_http``: the node's heartbeats leave ``http`` out of the commands it
   knows, as a member of the release before HTTP jobs (tests/cluster/test_http_jobs.py).
 
-A fault that cannot be installed (the code it wraps moved) ends the process at once
-with status 70 and says why: a node that ran without its fault would pass or fail a
-test for the wrong reason.
+Only a node process (``python -m raftsched node``) gets the fault: its job processes
+inherit its environment, this ``sitecustomize`` included, and must start as fast as
+any job's (importing the node's code into each would make every run late). A fault
+that cannot be installed (the code it wraps moved) ends the node at once with status
+70 and says why: a node that ran without its fault would pass or fail a test for the
+wrong reason.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tests.support.harness import ROOT
-
+#: The repository root (the source tree the nodes import).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The environment variable naming the fault.
 FAULT_ENV = "RS_TEST_FAULT"
 FAULTS = ("exit_after_claim", "unanswered_heartbeat", "hang_on_stop", "announce_no_http")
@@ -59,9 +62,14 @@ def fault_env(tmp: str, fault: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([hook_dir(tmp), ROOT]), FAULT_ENV: fault}
 
 
+def is_node_process(argv: list[str]) -> bool:
+    """Whether ``argv`` (a full command line) runs ``python -m raftsched node``."""
+    return any(argv[i:i + 3] == ["-m", "raftsched", "node"] for i in range(len(argv)))
+
+
 def install_from_env() -> None:
     fault = os.environ.get(FAULT_ENV)
-    if not fault:
+    if not fault or not is_node_process(list(getattr(sys, "orig_argv", ()))):
         return
     try:
         install(fault)

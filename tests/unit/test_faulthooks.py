@@ -69,3 +69,10 @@ def test_production_code_reads_no_test_fault_switch() -> None:
     for path in sorted(PKG.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert "RAFTSCHED_FAULT" not in text and "RS_TEST_" not in text, path
+
+
+def test_only_a_node_process_gets_the_fault_its_jobs_start_as_any_job() -> None:
+    assert faulthooks.is_node_process(
+        ["/venv/bin/python", "-m", "raftsched", "node", "--config", "c.toml", "--id", "n1"])
+    assert not faulthooks.is_node_process(["/venv/bin/python", "-c", "import json"])
+    assert not faulthooks.is_node_process(["/venv/bin/python", "-m", "raftsched", "status"])
