@@ -402,7 +402,7 @@ def check_concurrency(keys: dict[str, tuple[str, int]],
     findings: list[dict[str, Any]] = []
     by_key: dict[str, list[Execution]] = defaultdict(list)
     limit: dict[str, int] = {}
-    for job, (key, most) in keys.items():
+    for key, most in keys.values():
         limit[key] = min(most, limit.get(key, most))
     for e in execs:
         if e.job_id in keys:
@@ -416,3 +416,24 @@ def check_concurrency(keys: dict[str, tuple[str, int]],
                                  "max": limit[key], "at": e.start,
                                  "executions": [_brief(x) for x in alive]})
     return findings
+
+
+def attribute_key_freezes(findings: list[dict[str, Any]],
+                          freezes: list[tuple[str, float, float]]) -> list[dict[str, Any]]:
+    """A ``concurrency_exceeded`` that one execution of a frozen node explains becomes
+    ``freeze_window``, as :func:`attribute_freezes` does for two attempts of one run: it
+    began before the freeze (its run was released while its node was frozen, with its
+    process not running), the excess began after the freeze did, and it ran on at most
+    FREEZE_WINDOW_BOUND_S after the thaw (until its guard stopped it). Other findings
+    pass through unchanged."""
+    out = []
+    for f in findings:
+        if f["kind"] != "concurrency_exceeded":
+            out.append(f)
+            continue
+        after = [x["last"] - t for x in f["executions"] for node, s, t in freezes
+                 if x["node"] == node and x["start"] <= s <= f["at"]
+                 and x["last"] - t <= FREEZE_WINDOW_BOUND_S]
+        out.append(dict(f, kind="freeze_window", after_thaw_s=round(max(0.0, min(after)), 3))
+                   if after else f)
+    return out
