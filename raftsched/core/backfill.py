@@ -61,7 +61,7 @@ class BackfillRecord:
     :var overlap: ``allow``, ``skip`` or ``queue`` (about the job's on-time runs).
     :var max_active: runs of this backfill active at once at most.
     :var rerun: run fire times already recorded again (as new attempts).
-    :var state: ``running``, ``done`` or ``cancelled``.
+    :var status: ``running``, ``done`` or ``cancelled`` (``state`` in views).
     :var created_ms: when it was made.
     :var finished_ms: when it ended (None while running).
     :var reason: why it was cancelled ("" otherwise).
@@ -71,11 +71,11 @@ class BackfillRecord:
     """
 
     __slots__ = ("id", "job", "from_ms", "to_ms", "fires", "pos", "overlap", "max_active",
-                 "rerun", "state", "created_ms", "finished_ms", "reason", "active", "counts")
+                 "rerun", "status", "created_ms", "finished_ms", "reason", "active", "counts")
 
     def __init__(self, *, id: str, job: str, from_ms: int, to_ms: int,  # noqa: A002
                  fires: tuple[int, ...], overlap: str, max_active: int, rerun: bool,
-                 created_ms: int, pos: int = 0, state: str = RUNNING,
+                 created_ms: int, pos: int = 0, status: str = RUNNING,
                  finished_ms: int | None = None, reason: str = "",
                  active: list[str] | None = None, counts: dict[str, int] | None = None
                  ) -> None:
@@ -88,7 +88,7 @@ class BackfillRecord:
         self.overlap = overlap
         self.max_active = max_active
         self.rerun = rerun
-        self.state = state
+        self.status = status
         self.created_ms = created_ms
         self.finished_ms = finished_ms
         self.reason = reason
@@ -97,7 +97,7 @@ class BackfillRecord:
 
     def to_row(self) -> list[Any]:
         return [self.id, self.job, self.from_ms, self.to_ms, list(self.fires), self.pos,
-                self.overlap, self.max_active, self.rerun, self.state, self.created_ms,
+                self.overlap, self.max_active, self.rerun, self.status, self.created_ms,
                 self.finished_ms, self.reason, list(self.active),
                 dict(sorted(self.counts.items()))]
 
@@ -106,7 +106,7 @@ class BackfillRecord:
         (id_, job, lo, hi, fires, pos, overlap, max_active, rerun, state, created, finished,
          reason, active, counts) = row
         return cls(id=id_, job=job, from_ms=lo, to_ms=hi, fires=tuple(fires), pos=pos,
-                   overlap=overlap, max_active=max_active, rerun=rerun, state=state,
+                   overlap=overlap, max_active=max_active, rerun=rerun, status=state,
                    created_ms=created, finished_ms=finished, reason=reason, active=active,
                    counts=counts)
 
@@ -116,7 +116,7 @@ class BackfillRecord:
                 "fire_times": len(self.fires), "done": self.pos - len(self.active),
                 "next_ms": self.fires[self.pos] if self.pos < len(self.fires) else None,
                 "overlap": self.overlap, "max": self.max_active, "rerun": self.rerun,
-                "state": self.state, "created_ms": self.created_ms,
+                "state": self.status, "created_ms": self.created_ms,
                 "finished_ms": self.finished_ms, "reason": self.reason,
                 "active": list(self.active), "counts": dict(sorted(self.counts.items()))}
 
@@ -136,7 +136,7 @@ def apply_backfill(st: ClusterState, cmd: Backfill) -> dict[str, Any]:
         raise Conflict("after", f"{cmd.job} has no schedule of its own (it runs after "
                                 f"{', '.join(rec.spec.after)}): backfill its parents")
     check_fires(cmd.fires, cmd.from_ms, cmd.to_ms, cmd.at)
-    running = sum(1 for b in st.backfills.values() if b.state == RUNNING)
+    running = sum(1 for b in st.backfills.values() if b.status == RUNNING)
     if running >= MAX_RUNNING:
         raise LimitExceeded("backfills", f"{running} backfills are running (at most "
                                          f"{MAX_RUNNING}); wait or cancel one")
@@ -169,7 +169,7 @@ def apply_cancel(st: ClusterState, cmd: BackfillCancel) -> dict[str, Any]:
     bf = st.backfills.get(cmd.backfill)
     if bf is None:
         raise InvalidArgument("backfill", f"no backfill {cmd.backfill!r}")
-    if bf.state == RUNNING:
+    if bf.status == RUNNING:
         finish(st, bf, CANCELLED, cmd.at, "cancelled")
         for run_id in list(bf.active):
             run = st.runs.get(run_id)
@@ -193,20 +193,20 @@ def on_run_end(st: ClusterState, rec: JobRecord, run: RunRecord, at: int) -> Non
             bf.counts[run.state] = bf.counts.get(run.state, 0) + 1
     if st.backfills:
         for bf in list(st.backfills.values()):
-            if bf.state == RUNNING and bf.job == rec.spec.id:
+            if bf.status == RUNNING and bf.job == rec.spec.id:
                 advance(st, bf, at)
 
 
 def on_job_change(st: ClusterState, job_id: str, at: int) -> None:
     """The job was resumed or removed: its backfills move on or end."""
     for bf in list(st.backfills.values()):
-        if bf.state == RUNNING and bf.job == job_id:
+        if bf.status == RUNNING and bf.job == job_id:
             advance(st, bf, at)
 
 
 def advance(st: ClusterState, bf: BackfillRecord, at: int) -> None:
     """Start fire times of ``bf`` while it has room (bounded: its fire times)."""
-    if bf.state != RUNNING:
+    if bf.status != RUNNING:
         return
     rec = st.jobs.get(bf.job)
     if rec is None:
@@ -271,8 +271,8 @@ def _count(bf: BackfillRecord, what: str) -> None:
 
 def finish(st: ClusterState, bf: BackfillRecord, state: str, at: int, reason: str) -> None:
     """End ``bf`` and drop the oldest finished backfills beyond ``KEPT_FINISHED``."""
-    bf.state, bf.finished_ms, bf.reason = state, at, reason
-    finished = [b.id for b in st.backfills.values() if b.state != RUNNING]
+    bf.status, bf.finished_ms, bf.reason = state, at, reason
+    finished = [b.id for b in st.backfills.values() if b.status != RUNNING]
     for old in finished[:-KEPT_FINISHED] if len(finished) > KEPT_FINISHED else ():
         for run_id in st.backfills[old].active:
             st.bf_runs.pop(run_id, None)

@@ -24,8 +24,9 @@ from raftsched.core.errors import InvalidSpec, RaftschedError
 KEEP_VALUE = {"keep": True}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 #: Top-level fields in the order a job file lists them.
-_ORDER = ("id", "schedule", "start", "end", "command", "call", "timeout", "overlap", "misfire",
-          "retries", "on_node_lost", "tags", "jitter", "paused", "env")
+_ORDER = ("id", "schedule", "start", "end", "after", "on", "command", "call", "timeout",
+          "overlap", "misfire", "retries", "on_node_lost", "tags", "jitter", "paused",
+          "concurrency", "env")
 
 
 # ------------------------------------------------------------------ TOML out
@@ -75,7 +76,7 @@ def toml_job(spec: dict[str, Any]) -> str:
 def compact(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec without the fields left at their defaults (``env`` as given)."""
     from raftsched.core.model import JobSpec
-    base = {k: spec[k] for k in ("id", "schedule", "command", "call") if k in spec}
+    base = {k: spec[k] for k in ("id", "schedule", "after", "command", "call") if k in spec}
     try:
         defaults = JobSpec.from_spec(base, allowed_call_prefixes=None).to_spec()
     except RaftschedError:

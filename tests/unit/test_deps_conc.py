@@ -277,7 +277,7 @@ def test_backfill_runs_each_fire_time_once_throttled() -> None:
         run_through(st, run_id, at=T0 + 200 * S)
     assert seen == [f"j@{t}" for t in fires]
     bf = st.backfills["bf-1"]
-    assert bf.state == "done" and bf.counts == {"created": 5, "succeeded": 5}
+    assert bf.status == "done" and bf.counts == {"created": 5, "succeeded": 5}
 
 
 def test_backfill_skips_recorded_unless_rerun_which_is_a_new_attempt() -> None:
@@ -301,7 +301,7 @@ def test_backfill_cancel_and_refusals() -> None:
     backfill(st, "j", fires, T0 + 700 * S, max_active=2)
     ok(st, BackfillCancel(backfill="bf-1", at=T0 + 701 * S))
     bf = st.backfills["bf-1"]
-    assert bf.state == "cancelled" and not st.runs and not st.bf_runs
+    assert bf.status == "cancelled" and not st.runs and not st.bf_runs
     assert bf.counts == {"created": 2, "cancelled": 2}
     r = backfill(st, "j", [T0 + 800 * S], T0 + 700 * S)
     assert r["error"]["message"].startswith("to:")
