@@ -327,7 +327,7 @@ def test_backfill_never_blocks_on_time_overlap_and_queue_waits() -> None:
 
 # ------------------------------------------------------------------ replicas agree
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(hs.integers(0, 2**32))
 def test_restored_snapshot_goes_on_like_the_original(seed: int) -> None:
     """Random finishes of a keyed, dependent, backfilled workload: a replica restored
@@ -362,11 +362,14 @@ def test_restored_snapshot_goes_on_like_the_original(seed: int) -> None:
             if cmd is None:
                 continue
         st.apply(cmd)
+        # The key's limit holds after every apply, whatever the commands asked.
+        assert st.table.on_node("k") <= 2
+        assert sum(r.state in ("assigned", "started") for r in st.runs.values()
+                   if r.job_id in "abc") <= 2
         if replica is not None:
             replica.apply(cmd)
     assert replica is not None
     assert state_bytes(replica) == state_bytes(st)
-    assert st.table.on_node("k") <= 2
 
 
 def _drive(st: ClusterState, rng: random.Random, at: int) -> Any:
@@ -374,7 +377,7 @@ def _drive(st: ClusterState, rng: random.Random, at: int) -> Any:
     if not runs:
         return None
     run = rng.choice(runs)
-    if run.state == "pending":
+    if run.state in ("pending", "queued"):  # a place for a queued run is refused
         return {"op": "plan", "at": at, "term": 1, "leader": "n1",
                 "place": [[run.run_id, "n2"]]}
     if run.state == "assigned":
@@ -406,3 +409,42 @@ def test_the_rolling_upgrade_gate_names_deps() -> None:
     with pytest.raises(Conflict, match="^deps: node.*n2"):
         gate.check("backfill", {"id": "j"})
     gate.check("put_job", {"spec": spec("k")})
+
+
+# ------------------------------------------------------------------ the leader's plan
+
+def _ctx(now: int, slots: int = 8) -> Any:
+    from raftsched.core.leader import Capacity, LeaderContext
+    return LeaderContext(node_id="n1", term=1, now_ms=now, lookahead_ms=500,
+                         since_ms=T0 - 60 * S, boot_ms=T0 - 60 * S,
+                         live=(Capacity(node_id="n2", tags=frozenset(), slots=slots,
+                                        limit=slots),))
+
+
+def test_the_plan_places_no_more_than_a_keys_max() -> None:
+    from raftsched.core.leader import plan
+    st = base()
+    for j in "abc":
+        put(st, j, concurrency={"key": "wh", "max": 2})
+    cmd = plan(st, _ctx(T0))
+    assert cmd is not None
+    nodes = sorted((f.job, f.node) for f in cmd.fires)
+    assert [n for _, n in nodes].count("n2") == 2 and [n for _, n in nodes].count(None) == 1
+    ok(st, cmd)
+    assert [st.runs[f"{j}@{T0}"].state for j in "abc"].count("queued") == 1
+
+
+def test_backfill_runs_take_only_idle_slots_after_on_time_runs() -> None:
+    from raftsched.core.leader import plan
+    st = base()
+    put(st, "j", at=T0 + 60 * S)
+    put(st, "other", at=T0 + 60 * S)
+    backfill(st, "j", [T0, T0 + 10 * S], T0 + 65 * S, max_active=2, overlap="allow")
+    # One slot: an on-time run of the plan (the fire time at T0+70s) takes it first; the
+    # backfill's runs wait for an idle slot.
+    cmd = plan(st, _ctx(T0 + 70 * S, slots=1))
+    assert cmd is not None and not cmd.place
+    assert [f.node for f in cmd.fires] == ["n2"]
+    cmd = plan(st, _ctx(T0 + 65 * S, slots=2))  # nothing on time due: idle slots
+    assert cmd is not None and sorted(p.run_id for p in cmd.place) == [f"j@{T0}",
+                                                                        f"j@{T0 + 10 * S}"]
