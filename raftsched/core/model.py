@@ -99,7 +99,8 @@ class RunState(enum.StrEnum):
     pending = "pending"
     """Waiting to be placed on a node (new, released or retrying)."""
     queued = "queued"
-    """Buffered by ``overlap = queue`` until the previous run ends."""
+    """Buffered by ``overlap = queue`` until the previous run ends, or waiting for a place
+    of its ``concurrency`` key (reason ``concurrency``)."""
     assigned = "assigned"
     """Placed on a node with a fence; not yet started."""
     started = "started"
