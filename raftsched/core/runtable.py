@@ -68,7 +68,7 @@ class RunTable:
     """
 
     __slots__ = ("runs", "pending", "by_node", "fence", "job_keys", "key_max", "holding",
-                 "waiting")
+                 "waiting", "_limits")
 
     def __init__(self) -> None:
         self.runs: dict[str, RunRecord] = {}
@@ -79,6 +79,9 @@ class RunTable:
         self.key_max: dict[str, dict[str, int]] = {}
         self.holding: dict[str, set[str]] = {}
         self.waiting: dict[str, set[str]] = {}
+        #: key -> the smallest max of its jobs (kept as they change: one apply may ask
+        #: it for each of 64 runs, and thousands of jobs may share a key).
+        self._limits: dict[str, int] = {}
 
     def add(self, run: RunRecord) -> None:
         """A new active run (pending or queued)."""
@@ -91,8 +94,11 @@ class RunTable:
 
     def limit(self, key: str) -> int:
         """The key's ``max``: the smallest of its jobs' (0 when no job has the key)."""
-        maxes = self.key_max.get(key)
-        return min(maxes.values()) if maxes else 0
+        found = self._limits.get(key)
+        if found is None:
+            maxes = self.key_max.get(key)
+            found = self._limits[key] = min(maxes.values()) if maxes else 0
+        return found
 
     def on_node(self, key: str) -> int:
         """Runs of the key holding a claim on a node (assigned or started)."""
@@ -146,13 +152,17 @@ class RunTable:
             self._unindex(run)
         if old is not None:
             maxes = self.key_max.get(old, {})
-            maxes.pop(job_id, None)
+            gone = maxes.pop(job_id, None)
             if not maxes:
                 self.key_max.pop(old, None)
+            if gone is not None and gone <= self._limits.get(old, 0):
+                self._limits.pop(old, None)  # it may have been the smallest: find again
             del self.job_keys[job_id]
         if key is not None:
             self.job_keys[job_id] = key
             self.key_max.setdefault(key, {})[job_id] = maximum
+            if key in self._limits:
+                self._limits[key] = min(self._limits[key], maximum)
         for run in runs:
             if key is None and run.state == S.queued.value and run.reason == CONC_WAIT:
                 run.reason = ""
@@ -187,7 +197,7 @@ class RunTable:
         """Recompute the indexes from ``runs`` (after a restore)."""
         self.pending = {r: None for r, run in self.runs.items() if run.state == "pending"}
         self.by_node = {}
-        self.holding, self.waiting = {}, {}
+        self.holding, self.waiting, self._limits = {}, {}, {}
         for run in self.runs.values():
             if run.node is not None and run.state in ON_NODE:
                 self.by_node.setdefault(run.node, set()).add(run.run_id)
