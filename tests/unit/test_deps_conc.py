@@ -448,3 +448,23 @@ def test_backfill_runs_take_only_idle_slots_after_on_time_runs() -> None:
     cmd = plan(st, _ctx(T0 + 65 * S, slots=2))  # nothing on time due: idle slots
     assert cmd is not None and sorted(p.run_id for p in cmd.place) == [f"j@{T0}",
                                                                         f"j@{T0 + 10 * S}"]
+
+
+def test_snapshot_versions_grow_only_when_the_new_state_is_there() -> None:
+    from raftsched.core.codec import SNAPSHOT_VERSION, UNBOUNDED_SNAPSHOT_VERSION, state_version
+    st = base()
+    put(st, "a")
+    assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION == 1
+    put(st, "b", after=["a"], on="failure", concurrency={"key": "k", "max": 3})
+    blob = encode_state(st)
+    assert state_version(blob) == SNAPSHOT_VERSION == 3
+    back = decode_state(blob)
+    assert back.jobs["b"].spec == st.jobs["b"].spec and back.dependents == {"a": {"b"}}
+    assert back.table.job_keys == {"b": "k"} and encode_state(back) == blob
+    ok(st, {"op": "delete_job", "at": T0, "job": "b"})
+    assert state_version(encode_state(st)) == 1  # nothing of version 3 left
+    put(st, "a", at=T0 + 60 * S)
+    backfill(st, "a", [T0], T0 + 61 * S)
+    blob = encode_state(st)
+    assert state_version(blob) == 3 and "bf-1" in decode_state(blob).backfills
+    assert encode_state(decode_state(blob)) == blob
