@@ -404,6 +404,10 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         idle = [c for c in live if c.load < c.slots]
         target = place(idle, run.tags, rotor, ctx.node_id)
         if target is None:
+            why = unfit(run.tags, live, inp.member_tags)
+            if why is not None and why.startswith(MissReason.unplaceable.value):
+                # No member could ever run it: recorded so, not waited for forever.
+                drop.append(Drop(run.run_id, "missed", why))
             continue
         target.load += 1
         rotor += 1

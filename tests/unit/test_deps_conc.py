@@ -468,3 +468,17 @@ def test_snapshot_versions_grow_only_when_the_new_state_is_there() -> None:
     blob = encode_state(st)
     assert state_version(blob) == 3 and "bf-1" in decode_state(blob).backfills
     assert encode_state(decode_state(blob)) == blob
+
+
+def test_a_backfill_run_no_member_can_take_is_recorded_not_waited_for() -> None:
+    from raftsched.core.leader import plan
+    st = base()
+    put(st, "g", at=T0 + 60 * S, tags=["gpu"])
+    backfill(st, "g", [T0], T0 + 65 * S)
+    # Every node's tags are known (their heartbeats) and none has gpu.
+    cmd = plan(st, _ctx(T0 + 65 * S))
+    assert cmd is not None and [d.outcome for d in cmd.drop] == ["missed"]
+    assert cmd.drop[0].reason.startswith("unplaceable")
+    ok(st, cmd)
+    assert st.backfills["bf-1"].status == "done"
+    assert st.backfills["bf-1"].counts == {"created": 1, "missed": 1}
