@@ -482,3 +482,16 @@ def test_a_backfill_run_no_member_can_take_is_recorded_not_waited_for() -> None:
     ok(st, cmd)
     assert st.backfills["bf-1"].status == "done"
     assert st.backfills["bf-1"].counts == {"created": 1, "missed": 1}
+
+
+def test_an_embedded_declaration_may_run_after_another() -> None:
+    from raftsched.faces.declare import build_spec
+
+    spec = build_spec(_load, id="load", after=["extract"], concurrency={"key": "w", "max": 1})
+    assert "schedule" not in spec and JobSpec.from_spec(spec).after == ("extract",)
+    with pytest.raises(Exception, match="^after: .*not both"):
+        build_spec(_load, id="load", after=["extract"], every="1s")
+
+
+def _load(ctx: Any) -> None:
+    """A module-level function (a declaration names its import path)."""
