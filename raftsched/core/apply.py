@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import jobs
+from raftsched.core import deps, jobs
 from raftsched.core.commands import ApplyJobs, DeleteJob
 from raftsched.core.errors import Conflict, InvalidSpec, LimitExceeded, RaftschedError
 from raftsched.core.model import JobSpec
@@ -225,15 +225,43 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     for ch in changes:  # an `at` beyond its grace would refuse its put half-way
         if ch.action not in ("remove", "unchanged") and ch.spec is not None:
             jobs.late_one_shot(ch.spec, st.jobs.get(ch.job), at, cmd.v)
+    _check_graph(st, changes)
     results: list[list[Any]] = []
     for ch in changes:
         if ch.action == "remove":
-            jobs.apply_delete_job(st, DeleteJob(job=ch.job, at=at))
+            jobs.apply_delete_job(st, DeleteJob(job=ch.job, at=at), checked=True)
             results.append(["remove", ch.job, ch.version])
         elif ch.action != "unchanged" and ch.spec is not None:
-            reply = jobs.put_spec(st, ready.specs[ch.job], None, at, cmd.v)
+            reply = jobs.put_spec(st, ready.specs[ch.job], None, at, cmd.v, checked=True)
             results.append([ch.action, ch.job, reply["version"]])
     return {"ok": True, "results": results, "unchanged": len(changes) - len(results)}
+
+
+def _check_graph(st: ClusterState, changes: list[Change]) -> None:
+    """The dependency graph as the whole apply leaves it: every ``after`` names a job
+    that will exist, no cycle, and no job removed while a remaining one runs after it."""
+    final: dict[str, JobSpec | None] = {
+        ch.job: ch.spec for ch in changes if ch.action in ("create", "update", "remove")}
+    for ch in changes:
+        if ch.spec is not None and ch.action in ("create", "update"):
+            try:
+                deps.check_graph(st, ch.spec, final)
+            except InvalidSpec as exc:
+                raise InvalidSpec(f"{ch.job}.{exc.field}",
+                                  exc.message.partition(": ")[2]) from None
+    for ch in changes:
+        if ch.action == "remove":
+            kids = sorted(k for k in st.dependents.get(ch.job, ())
+                          if (spec := final.get(k, _current(st, k))) is not None
+                          and ch.job in spec.after)
+            if kids:
+                raise Conflict("after", f"{', '.join(kids[:5])} run(s) after {ch.job}: "
+                                        f"remove them or change their after too")
+
+
+def _current(st: ClusterState, job_id: str) -> JobSpec | None:
+    rec = st.jobs.get(job_id)
+    return None if rec is None else rec.spec
 
 
 __all__ = ["apply_apply", "KEEP", "MAX_REMOVALS", "Change", "Prepared", "changed_fields",

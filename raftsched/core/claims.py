@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import notify
+from raftsched.core import backfill, conc, deps, notify
 from raftsched.core.commands import (
     BadClaim,
     Finish,
@@ -34,9 +34,9 @@ from raftsched.core.effects import (
     StopRun,
 )
 from raftsched.core.errors import Conflict, InvalidArgument
-from raftsched.core.model import RunState, run_id_of
+from raftsched.core.model import MissReason, RunState, run_id_of
 from raftsched.core.records import RunRecord
-from raftsched.core.runtable import may
+from raftsched.core.runtable import CONC_WAIT, may
 from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
@@ -58,10 +58,20 @@ MAX_TAIL = 65536
 # ---------------------------------------------------------------- building blocks
 
 def new_run(st: ClusterState, rec: JobRecord, sched: int, at: int, *, manual: bool = False,
-            state: RunState = RunState.pending) -> RunRecord:
+            state: RunState = RunState.pending, reason: str = "", note: str | None = None,
+            not_before: int = 0, attempt: int = 1) -> RunRecord:
+    """A new active run. ``reason`` ``CONC_WAIT`` (with ``state`` queued): queued for its
+    concurrency key; ``not_before``: a run made for a fire time long past (a dependent's,
+    a backfill's) counts its grace from there."""
     run = RunRecord(run_id=run_id_of(rec.spec.id, sched), job_id=rec.spec.id,
-                    scheduled_ms=sched, created_ms=at, state=state.value, manual=manual)
-    run.note(at, "manual" if manual else "")
+                    scheduled_ms=sched, created_ms=at, state=state.value, manual=manual,
+                    reason=reason, not_before_ms=not_before, attempt=attempt)
+    if note is None:
+        note = "manual" if manual else ""
+    if reason == CONC_WAIT:
+        note = f"queued: concurrency {rec.spec.concurrency.key}" if rec.spec.concurrency \
+            else note
+    run.note(at, note)
     st.table.add(run)
     rec.add_active(run.run_id)
     st.effects.append(RunCreated(run.run_id))
@@ -102,7 +112,12 @@ def end_run(st: ClusterState, run: RunRecord, at: int, state: RunState, reason: 
         _push(_history(st, run.job_id), run)
         rec.last = (run.run_id, run.state, reason, at)
         notify.on_outcome(st, rec, run, at)
-    _release_queued(st, rec, at)
+    release_queued(st, rec, at)
+    if keep_history:
+        # In this very apply, on every replica: a dependent's run, and a backfill's
+        # next, follow the outcome with no window for a failover to fall into.
+        deps.on_run_end(st, rec, run, at)
+        backfill.on_run_end(st, rec, run, at)
     return True
 
 
@@ -121,12 +136,16 @@ def _push(hist: Any, run: RunRecord) -> None:
         hist[-TAILS_KEPT - 1].tail = ""
 
 
-def _release_queued(st: ClusterState, rec: JobRecord, at: int) -> None:
-    """``overlap = queue``: the buffered run becomes pending when nothing else runs."""
+def release_queued(st: ClusterState, rec: JobRecord, at: int) -> None:
+    """``overlap = queue``: the buffered run becomes pending when nothing else runs (a
+    run queued for its concurrency key, or a backfill's, is something else)."""
     queued = None
+    bf_runs = st.bf_runs
     for run_id in rec.active:
+        if run_id in bf_runs:
+            continue  # a backfill's run never holds back the schedule's
         run = st.runs[run_id]
-        if run.state == _QUEUED:
+        if run.state == _QUEUED and run.reason != CONC_WAIT:
             queued = run
         else:
             return
@@ -202,13 +221,20 @@ def apply_plan(st: ClusterState, cmd: Plan) -> dict[str, Any]:
             rejected.append(["run", item.job, sched])
             continue
         rec.hwm_ms = sched
+        admitted = conc.admission(st, rec)
+        if admitted == conc.SKIP:
+            record_miss(st, rec, sched, sched, 1, RunState.skipped,
+                        MissReason.concurrency.value, at)
+            continue
+        waits = item.queued or admitted == conc.QUEUE
         run = new_run(st, rec, sched, at,
-                      state=RunState.queued if item.queued else RunState.pending)
-        if node is not None and not item.queued and _node_ok(st, node):
+                      state=RunState.queued if waits else RunState.pending,
+                      reason=CONC_WAIT if waits and not item.queued else "")
+        if node is not None and not waits and _node_ok(st, node) and conc.may_place(st, run):
             assign(st, run, node, at)
         elif item.queued:
             # The run it queues behind may have ended since the plan was made.
-            _release_queued(st, rec, at)
+            release_queued(st, rec, at)
     for d in cmd.drop:
         ending = None if isinstance(d, Refused) else st.runs.get(d.run_id)
         if (ending is None or isinstance(d, Refused)
@@ -217,6 +243,7 @@ def apply_plan(st: ClusterState, cmd: Plan) -> dict[str, Any]:
     for p in cmd.place:
         placing = None if isinstance(p, Refused) else st.runs.get(p.run_id)
         if (placing is None or isinstance(p, Refused) or not _node_ok(st, p.node)
+                or not conc.may_place(st, placing)  # the key's limit holds here
                 or not assign(st, placing, p.node, at)):
             rejected.append(p.entry if isinstance(p, Refused) else ["place", p.run_id])
     for n in cmd.next:

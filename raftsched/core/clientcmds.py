@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from raftsched.core.cmdbase import (
+    DEPS_VERSION,
     MAX_PUT_BATCH,
     ClientCommand,
     bool_field,
@@ -281,5 +282,76 @@ class Member(ClientCommand):
         return cls(action=action, members=tuple(items), **fields, **client_fields(cmd))
 
 
-__all__ = ["ApplyJobs", "DeleteJob", "Drain", "Member", "Pause", "PutJob", "PutJobs",
-           "Resume", "Transfer", "Trigger"]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backfill(ClientCommand):
+    """Run a job's past fire times as ordinary runs (``core/backfill.py``). Always
+    written as command version 5 (an older release stops on it)."""
+
+    job: str
+    """The job id."""
+    version: int
+    """The job version whose schedule gave ``fires`` (a job changed since refuses it)."""
+    from_ms: int
+    """The range's start, as asked (inclusive)."""
+    to_ms: int
+    """The range's end (inclusive; not after the command's ``at``)."""
+    fires: tuple[int, ...]
+    """The job's fire times in the range, ascending, found by the proposing node."""
+    overlap: str = "queue"
+    """``allow``, ``skip`` or ``queue``: what a fire time does while an on-time run of
+    the job is active."""
+    max_active: int = 1
+    """Runs of the backfill active at once at most."""
+    rerun: bool = False
+    """Run fire times already recorded again, as new attempts of their run ids."""
+    v: int = DEPS_VERSION
+
+    OP = "backfill"
+    WIRE = ("job", "version", "from_ms", "to_ms", "fires", "overlap", "max_active", "rerun",
+            "rid", "at")
+    OMIT = {"rid": None}
+
+    @classmethod
+    def from_wire(cls, cmd: dict[str, Any]) -> Backfill:
+        from raftsched.core.backfill import MAX_ACTIVE, MAX_FIRES, OVERLAPS
+        job = job_field(cmd)
+        ints: dict[str, int] = {}
+        for key in ("version", "from_ms", "to_ms", "max_active"):
+            value: Any = cmd.get(key)
+            if not is_int(value) or value < 0:
+                raise InvalidArgument(key, "must be a non-negative integer")
+            ints[key] = value
+        fires = cmd.get("fires")
+        if not isinstance(fires, list) or len(fires) > MAX_FIRES \
+                or not all(is_int(t) for t in fires):
+            raise InvalidArgument("fires", f"must be a list of at most {MAX_FIRES} times")
+        overlap = cmd.get("overlap")
+        if overlap not in OVERLAPS:
+            raise InvalidArgument("overlap", f"must be one of {' | '.join(OVERLAPS)}")
+        if not 1 <= ints["max_active"] <= MAX_ACTIVE:
+            raise InvalidArgument("max", f"must be 1..{MAX_ACTIVE}")
+        return cls(job=job, fires=tuple(fires), overlap=overlap,
+                   rerun=bool_field(cmd, "rerun", False), version=ints["version"],
+                   from_ms=ints["from_ms"], to_ms=ints["to_ms"],
+                   max_active=ints["max_active"], **client_fields(cmd))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillCancel(ClientCommand):
+    """Cancel a running backfill (command version 5)."""
+
+    backfill: str
+    """The backfill's id (``bf-<n>``)."""
+    v: int = DEPS_VERSION
+
+    OP = "backfill_cancel"
+    WIRE = ("backfill", "rid", "at")
+    OMIT = {"rid": None}
+
+    @classmethod
+    def from_wire(cls, cmd: dict[str, Any]) -> BackfillCancel:
+        return cls(backfill=str_field(cmd, "backfill"), **client_fields(cmd))
+
+
+__all__ = ["ApplyJobs", "Backfill", "BackfillCancel", "DeleteJob", "Drain", "Member", "Pause",
+           "PutJob", "PutJobs", "Resume", "Transfer", "Trigger"]

@@ -32,8 +32,15 @@ PAST_AT_VERSION = 3
 #: an older release, which refused it) is refused on replay too. Written only by the
 #: commands that carry bounds (:meth:`Command.written`).
 BOUNDS_VERSION = 4
+#: 5: a put's specs may carry ``after``/``on`` (dependent jobs) and ``concurrency``, and
+#: the ``backfill``/``backfill_cancel`` commands exist. A release that knows only v4
+#: refused those keys as unknown fields (and those ops as unknown), so it must stop on
+#: such a command rather than refuse it where the others accept it; a v1..v4 command
+#: holding the keys is refused on replay as its release refused it. Written only by the
+#: commands that carry them (:meth:`Command.written`; the backfill commands always).
+DEPS_VERSION = 5
 #: Versions this code applies (older ones with the semantics they were written with).
-COMMAND_VERSIONS = frozenset({1, 2, 3, 4})
+COMMAND_VERSIONS = frozenset({1, 2, 3, 4, 5})
 #: Items per batched command (plan, start, finish).
 MAX_BATCH = 20000
 #: Specs per put_jobs command: applying one costs ~45 us per spec on every node, and an
@@ -92,6 +99,8 @@ class Command:
             v = PAST_AT_VERSION
         if v < BOUNDS_VERSION and any_bounds(specs):
             v = BOUNDS_VERSION
+        if v < DEPS_VERSION and any_deps(specs):
+            v = DEPS_VERSION
         if v == self.v:
             return self
         from dataclasses import replace
@@ -151,6 +160,12 @@ def any_bounds(specs: Any) -> bool:
     """Some spec has a ``start`` or an ``end`` key (see ``BOUNDS_VERSION``)."""
     return any(isinstance(spec, dict) and ("start" in spec or "end" in spec)
                for spec in specs or ())
+
+
+def any_deps(specs: Any) -> bool:
+    """Some spec has ``after``, ``on`` or ``concurrency`` (see ``DEPS_VERSION``)."""
+    from raftsched.core.specext import uses_new_fields
+    return any(uses_new_fields(spec) for spec in specs or ())
 
 
 def base_fields(cmd: dict[str, Any]) -> dict[str, Any]:
@@ -230,9 +245,10 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 
 
 __all__ = [
-    "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "MAX_AT_MS", "MAX_BATCH",
-    "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION", "ClientCommand",
-    "Command", "any_bounds", "any_past_at", "base_fields", "bool_field", "client_fields",
+    "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "MAX_AT_MS",
+    "MAX_BATCH", "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION",
+    "ClientCommand", "Command", "any_bounds", "any_deps", "any_past_at", "base_fields",
+    "bool_field", "client_fields",
     "int_field", "is_int", "items_field", "job_field", "node_field", "opt_limit", "str_field",
     "term_field",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from raftsched.core import backfill
 from raftsched.core.commands import COMMAND_VERSION, COMMAND_VERSIONS, Command
 from raftsched.core.errors import FrameTooLarge, ProtocolError
 from raftsched.core.httpspec import HttpSpec
@@ -32,6 +33,7 @@ from raftsched.core.notify import BODY_VERSION as NOTIFY_VERSION
 from raftsched.core.notify import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
 from raftsched.core.records import JobRecord, NodeRecord, RunRecord
+from raftsched.core.specext import ConcurrencySpec, DepOn
 from raftsched.core.state import ClusterState
 from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, schedule_to_row
 
@@ -41,11 +43,18 @@ from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, sched
 #: 2: a job's spec row may end in its schedule's bounds ``[start_ms, end_ms]``. Written
 #: only when some job has bounds (a state without them is written as version 1, byte for
 #: byte as before), so a release that would read the jobs unbounded stops instead.
-SNAPSHOT_VERSION = 2
+#: 3: a job's spec row may end in ``[bounds or None, ext]`` where ``ext`` holds its
+#: ``after``/``on``/``concurrency``, and the state may hold ``backfills``. Written only
+#: when some job uses them or a backfill is kept (else as version 2 or 1, byte for byte
+#: as before), so a release that would read such jobs as scheduled ones, or drop the
+#: backfills, stops instead.
+SNAPSHOT_VERSION = 3
+#: The version of snapshots in which some job has bounds (and nothing of version 3).
+BOUNDED_SNAPSHOT_VERSION = 2
 #: The version of snapshots in which no job has bounds.
 UNBOUNDED_SNAPSHOT_VERSION = 1
 #: Versions of state snapshots this code reads.
-SNAPSHOT_VERSIONS = frozenset({1, 2})
+SNAPSHOT_VERSIONS = frozenset({1, 2, 3})
 #: Version of API frames.
 WIRE_VERSION = 1
 FRAME_HEADER = struct.Struct(">I")
@@ -122,10 +131,30 @@ def spec_to_row(spec: JobSpec) -> list[Any]:
            [spec.retries.max, spec.retries.backoff_ms, spec.retries.backoff_max_ms],
            spec.on_node_lost.value, list(spec.tags), spec.jitter_ms, spec.paused,
            dict(spec.env)]
-    if sched.start_ms is not None or sched.end_ms is not None:
+    bounds = sched.start_ms is not None or sched.end_ms is not None
+    ext = _ext_row(spec)
+    if bounds or ext:
         # Only then (snapshot version 2): an unbounded job's row is the 13 values it was.
-        row.append([sched.start_ms, sched.end_ms])
+        row.append([sched.start_ms, sched.end_ms] if bounds else None)
+    if ext:
+        row.append(ext)  # only then (snapshot version 3)
     return row
+
+
+def _ext_row(spec: JobSpec) -> dict[str, Any] | None:
+    """A spec's third-wave fields as a row's 15th value, None when it has none."""
+    ext: dict[str, Any] = {}
+    if spec.after:
+        ext["after"] = list(spec.after)
+        ext["on"] = spec.on.value
+    if spec.concurrency is not None:
+        ext["conc"] = spec.concurrency.to_row()
+    return ext or None
+
+
+def uses_v3(spec: JobSpec) -> bool:
+    """Whether a job's row needs snapshot version 3."""
+    return bool(spec.after) or spec.concurrency is not None
 
 
 class _Interner:
@@ -167,12 +196,13 @@ def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
     it = intern or _Interner()
     (job_id, sch, command, call, timeout, overlap, mis, ret, lost, tags, jitter, paused,
      env) = row[:13]
-    if len(row) > 13:
+    if len(row) > 13 and row[13] is not None:
         start, end = row[13]
         schedule = it.get(("s", *sch, start, end),
                           lambda: bounded(schedule_from_row(sch), start, end))
     else:
         schedule = it.get(("s", *sch), lambda: schedule_from_row(sch))
+    ext = row[14] if len(row) > 14 else None
     misfire = it.get(("m", *mis), lambda: MisfireSpec(
         policy=MisfirePolicy(mis[0]), grace_ms=mis[1], max_catchup=mis[2]))
     retries = it.get(("r", *ret), lambda: RetrySpec(max=ret[0], backoff_ms=ret[1],
@@ -185,7 +215,19 @@ def spec_from_row(row: list[Any], intern: _Interner | None = None) -> JobSpec:
         tags=it.get(("t", *tags), lambda: tuple(tags)) if tags else (),
         jitter_ms=it.share(jitter), paused=paused,
         # Equal envs are shared like the state shares them (never mutated).
-        env=it.get(("e", *env.items()), lambda: env) if env else NO_ENV)
+        env=it.get(("e", *env.items()), lambda: env) if env else NO_ENV,
+        **(_ext_fields(ext, it) if ext else {}))
+
+
+def _ext_fields(ext: dict[str, Any], it: _Interner) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "after" in ext:
+        out["after"] = tuple(ext["after"])
+        out["on"] = DepOn(ext["on"])
+    if "conc" in ext:
+        conc = ext["conc"]
+        out["concurrency"] = it.get(("k", *conc), lambda: ConcurrencySpec.from_row(conc))
+    return out
 
 
 # ------------------------------------------------------------------ snapshots
@@ -197,9 +239,13 @@ def encode_state(st: ClusterState) -> bytes:
     jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
              list(r.active), list(r.last) if r.last else None]
             for _, r in sorted(st.jobs.items())]
-    version = SNAPSHOT_VERSION if any(
-        r.spec.schedule.start_ms is not None or r.spec.schedule.end_ms is not None
-        for r in st.jobs.values()) else UNBOUNDED_SNAPSHOT_VERSION
+    if st.backfills or any(uses_v3(r.spec) for r in st.jobs.values()):
+        version = SNAPSHOT_VERSION
+    elif any(r.spec.schedule.start_ms is not None or r.spec.schedule.end_ms is not None
+             for r in st.jobs.values()):
+        version = BOUNDED_SNAPSHOT_VERSION
+    else:
+        version = UNBOUNDED_SNAPSHOT_VERSION
     runs = [r.to_row() for _, r in sorted(st.runs.items())]
     history = [[job_id, [r.to_row() for r in hist]]
                for job_id, hist in sorted(st.history.items()) if hist]
@@ -220,6 +266,8 @@ def encode_state(st: ClusterState) -> bytes:
         **_http_snapshot(st),
         # Added after version 1 was released: readers of version 1 skip it.
         "members": [m.to_row() for _, m in sorted(st.members.items())],
+        # Only when there is one (the snapshot is then version 3).
+        **backfill.to_snapshot(st),
     })
 
 
@@ -346,6 +394,7 @@ def _decode_state(blob: bytes) -> ClusterState:
     for row in rest.get("members", ()):  # absent from snapshots written before it
         member = MemberRecord.from_row(row)
         st.members[member.node_id] = member
+    backfill.restore(st, rest.get("backfills"))
     st.rebuild_indexes()
     return st
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from raftsched.core.clientcmds import (
     ApplyJobs,
+    Backfill,
+    BackfillCancel,
     DeleteJob,
     Drain,
     Member,
@@ -373,7 +375,7 @@ class NotifyResults(Command):
 COMMANDS: dict[str, type[Command]] = {c.OP: c for c in (
     PutJob, PutJobs, ApplyJobs, DeleteJob, Pause, Resume, Trigger, Drain, Transfer, Heartbeat,
     LeaderRecord, Release, Plan, Start, Finish, Read, NotifyDefault, NotifyResults,
-    Member, Certify)}
+    Member, Certify, Backfill, BackfillCancel)}
 
 
 def command_class(cmd: Any) -> type[Command]:
@@ -407,7 +409,8 @@ __all__ = [
     "CERTIFIERS", "COMMANDS", "COMMAND_VERSION", "COMMAND_VERSIONS", "Certify",
     "DROP_OUTCOMES", "FINISH_OUTCOMES",
     "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH", "MISS_OUTCOMES", "PAST_AT_VERSION",
-    "ApplyJobs", "BadClaim", "ClientCommand", "Command", "DeleteJob", "Drain", "Drop",
+    "ApplyJobs", "Backfill", "BackfillCancel", "BadClaim", "ClientCommand", "Command",
+    "DeleteJob", "Drain", "Drop",
     "Finish", "FinishItem", "Heartbeat", "LeaderRecord", "Member", "MissFire", "Next",
     "NotifyDefault", "NotifyResults", "Pause", "Place", "Plan", "PutJob", "PutJobs", "Read",
     "Refused", "Release", "Resume", "RunFire", "Start", "StartItem", "Transfer", "Trigger",

@@ -8,12 +8,13 @@ turns that into the reply), so a refused command must change nothing before it r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import claims
+from raftsched.core import backfill, claims, conc, deps
 from raftsched.core.claims import MAX_ACTIVE_PER_JOB
-from raftsched.core.cmdbase import BOUNDS_VERSION
+from raftsched.core.cmdbase import BOUNDS_VERSION, DEPS_VERSION
 from raftsched.core.commands import (
     PAST_AT_VERSION,
     DeleteJob,
@@ -35,6 +36,7 @@ from raftsched.core.errors import (
 )
 from raftsched.core.model import (
     FIELDS_BEFORE_BOUNDS,
+    FIELDS_BEFORE_DEPS,
     JobSpec,
     MissReason,
     Overlap,
@@ -42,6 +44,7 @@ from raftsched.core.model import (
     run_id_of,
 )
 from raftsched.core.records import JobRecord
+from raftsched.core.runtable import CONC_WAIT
 from raftsched.core.specprep import CheckedSpec, checked_spec
 from raftsched.core.trigger import AtSchedule, Schedule, latest_fire_at_or_before, next_fire
 
@@ -54,12 +57,19 @@ def apply_put_job(st: ClusterState, cmd: PutJob) -> dict[str, Any]:
 
 
 def put_spec(st: ClusterState, ready: CheckedSpec, max_jobs: int | None, at: int,
-             v: int, if_changed: bool = False) -> dict[str, Any]:
+             v: int, if_changed: bool = False, *,
+             graph: Mapping[str, JobSpec | None] | None = None,
+             checked: bool = False) -> dict[str, Any]:
     """Put a prepared spec (see :mod:`~raftsched.core.specprep`); ``if_changed``: a
-    spec equal to the stored one (paused aside) is no new version."""
+    spec equal to the stored one (paused aside) is no new version. ``graph``: the other
+    jobs of an all-or-nothing batch as they will be (``after`` may name them);
+    ``checked``: the caller checked the graph for the whole batch already."""
     spec = ready.spec
     rec = st.jobs.get(spec.id)
     late_at = late_one_shot(spec, rec, at, v)
+    if not checked:
+        deps.check_graph(st, spec, graph)
+    old = None if rec is None else rec.spec
     if rec is None:
         if max_jobs is not None and len(st.jobs) >= max_jobs:
             raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs")
@@ -87,6 +97,9 @@ def put_spec(st: ClusterState, ready: CheckedSpec, max_jobs: int | None, at: int
     if late_at is not None:
         # An `at` up to its grace in the past fires now, late, as any late run does.
         rec.hwm_ms = late_at - 1
+    if spec.after or (old is not None and old.after):
+        deps.index(st, spec, old)
+    conc.track(st, rec, at)
     st.set_next(rec, ready.next_after(rec.hwm_ms))
     st.effects.append(JobPut(spec.id, rec.version, created))
     return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
@@ -101,7 +114,7 @@ def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
     for i, raw in enumerate(cmd.specs):
         try:
             reply = put_spec(st, checked_spec(raw, cmd.checked, i), cmd.max_jobs, cmd.at,
-                             cmd.v, cmd.if_changed)
+                             cmd.v, cmd.if_changed, checked=cmd.atomic)
             results.append({"ok": True, "job": reply["job"], "version": reply["version"],
                             "created": reply["created"],
                             "changed": reply.get("changed", True)})
@@ -132,23 +145,40 @@ def _check_all(st: ClusterState, cmd: PutJobs, max_jobs: int | None, at: int,
                               exc.message.partition(": ")[2]) from None
         seen.add(spec.id)
         new += spec.id not in st.jobs
+    # The graph as the batch leaves it: a job may run after one put later in the batch.
+    batch = {s.id: s for s in (checked_spec(raw, cmd.checked, i).spec
+                               for i, raw in enumerate(cmd.specs))}
+    for i, spec in enumerate(batch.values()):
+        try:
+            deps.check_graph(st, spec, batch)
+        except InvalidSpec as exc:
+            raise InvalidSpec(f"specs[{i}].{exc.field}",
+                              exc.message.partition(": ")[2]) from None
     if max_jobs is not None and new and len(st.jobs) + new > max_jobs:
         raise LimitExceeded("max_jobs", f"the cluster holds {len(st.jobs)} jobs; "
                                         f"{new} more would exceed {max_jobs}")
 
 
-def apply_delete_job(st: ClusterState, cmd: DeleteJob) -> dict[str, Any]:
+def apply_delete_job(st: ClusterState, cmd: DeleteJob, *,
+                     checked: bool = False) -> dict[str, Any]:
+    """``checked``: the caller checked that no job left runs after it (an apply)."""
     rec, at = job_of(st, cmd.job), cmd.at
     if cmd.if_done is not None and (rec.version != cmd.if_done or rec.next_ms is not None
-                                    or rec.active):
+                                    or rec.active or rec.spec.after):
         # The leader's retention of finished one-shot jobs removes only the very
         # version it saw done: a put since, or a run under way, keeps the job.
         raise Conflict(rec.spec.id, "no longer the finished version the leader saw")
+    if not checked:
+        deps.check_removal(st, rec.spec.id)
     for run_id in list(rec.active):
         claims.end_run(st, st.runs[run_id], at, RunState.cancelled, "job removed",
                        keep_history=False)
     del st.jobs[rec.spec.id]
     st.history.pop(rec.spec.id, None)
+    deps.unindex(st, rec.spec)
+    conc.untrack(st, rec.spec.id, at)
+    if st.backfills:
+        backfill.job_removed(st, rec.spec.id, at)
     st.effects.append(JobRemoved(rec.spec.id))
     return {"ok": True, "job": rec.spec.id}
 
@@ -184,6 +214,8 @@ def apply_resume(st: ClusterState, cmd: Resume) -> dict[str, Any]:
             rec.hwm_ms = max(rec.hwm_ms, at)
         st.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
         st.effects.append(JobResumed(rec.spec.id, catch_up))
+        if st.backfills:
+            backfill.on_job_change(st, rec.spec.id, at)
     return {"ok": True, "job": rec.spec.id, "version": rec.version}
 
 
@@ -217,7 +249,14 @@ def apply_trigger(st: ClusterState, cmd: Trigger) -> dict[str, Any]:
                 claims.end_run(st, r, at, RunState.cancelled, "replaced by trigger")
     if len(rec.active) >= MAX_ACTIVE_PER_JOB:
         raise LimitExceeded("max_active_runs", f"{rec.spec.id} has {len(rec.active)}")
-    run = claims.new_run(st, rec, sched, at, manual=True)
+    admitted = conc.admission(st, rec)
+    if admitted == conc.SKIP and not force:
+        raise Conflict("concurrency", f"key {rec.spec.concurrency.key} is at its max "  # type: ignore[union-attr]
+                                      "(policy = skip; use --force to queue it)")
+    waits = admitted != conc.RUN
+    run = claims.new_run(st, rec, sched, at, manual=True,
+                         state=RunState.queued if waits else RunState.pending,
+                         reason=CONC_WAIT if waits else "")
     return {"ok": True, "run_id": run_id, "state": run.state}
 
 
@@ -234,12 +273,16 @@ def late_one_shot(spec: JobSpec, rec: JobRecord | None, at: int, v: int) -> int 
     of the state machine calls it before it changes anything, so it also refuses what
     a command of version ``v`` may not hold: bounds before ``BOUNDS_VERSION``, refused
     as the release that wrote such a command refused them (an unknown field)."""
-    if v < BOUNDS_VERSION:
+    if v < DEPS_VERSION:
         sched = spec.schedule
-        # In the order that release named them (the first unknown key, sorted).
-        for key, value in (("end", sched.end_ms), ("start", sched.start_ms)):
-            if value is not None:
-                raise InvalidSpec(key, unknown_hint("unknown field", key, FIELDS_BEFORE_BOUNDS))
+        known = FIELDS_BEFORE_BOUNDS if v < BOUNDS_VERSION else FIELDS_BEFORE_DEPS
+        new = [key for key, used in (("after", bool(spec.after)),
+                                     ("concurrency", spec.concurrency is not None),
+                                     ("end", sched.end_ms is not None),
+                                     ("start", sched.start_ms is not None))
+               if used and key not in known]
+        if new:  # the first unknown key, sorted, as that release named it
+            raise InvalidSpec(new[0], unknown_hint("unknown field", new[0], known))
     return late_at(spec, None if rec is None else rec.spec.schedule, at, v)
 
 

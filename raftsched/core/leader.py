@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 MAX_JOBS_PER_PLAN = 64
 #: Runs created or placed per plan (and pending runs read for it).
 MAX_RUNS_PER_PLAN = 64
+#: Pending runs of backfills read per plan, besides the others.
+MAX_BACKFILL_READ = 16
 #: Jobs with missed fire times (a catch-up after downtime) per plan: each is a missed
 #: range besides its run (a plan of 48 applies in ~0.6 ms of CPU, at most ~2.8, like one
 #: of 64 on-time runs); the others wait for the next plan. On-time jobs read in the same
@@ -137,6 +139,9 @@ class PendingRun:
     :var tags: its job's tags.
     :var grace_ms: its job's misfire grace.
     :var attempt: its attempt (above 1: a retry, due at ``not_before_ms``).
+    :var key: its job's concurrency key, if any.
+    :var backfill: a backfill's run (placed after on-time runs, on idle slots only,
+        never shed: it waits for room).
     """
 
     run_id: str
@@ -145,6 +150,8 @@ class PendingRun:
     tags: tuple[str, ...]
     grace_ms: int
     attempt: int = 1
+    key: str | None = None
+    backfill: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,12 +182,15 @@ class PlanInput:
     :var last_leader_ms: when the previous leader was last heard of (miss reasons).
     :var member_tags: every member's tags (None: some member's are not known yet), so
         that a job no member could run is recorded as that, not as overload.
+    :var keys: concurrency key -> (its runs on nodes, its max), for the keys of the
+        pending runs and due jobs copied.
     """
 
     pending: tuple[PendingRun, ...]
     due: tuple[DueJob, ...]
     last_leader_ms: int
     member_tags: tuple[frozenset[str], ...] | None = None
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] = (),
@@ -189,23 +199,44 @@ def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] 
     at most ``MAX_RUNS_PER_PLAN`` pending runs and ``MAX_JOBS_PER_PLAN`` due jobs,
     leaving out ``skip_jobs`` and ``skip_runs`` (those of plans not yet committed)."""
     pending: list[PendingRun] = []
+    bf_runs = st.bf_runs
+    keys: dict[str, tuple[int, int]] = {}
+    table = st.table
+    read = backfills = 0
     for run_id in st.pending:
-        if len(pending) >= MAX_RUNS_PER_PLAN:
-            break
+        is_bf = run_id in bf_runs
+        if is_bf and backfills >= MAX_BACKFILL_READ:
+            continue  # backfills' runs never take the on-time runs' share of a plan
+        if not is_bf and read >= MAX_RUNS_PER_PLAN:
+            if backfills >= MAX_BACKFILL_READ or not bf_runs:
+                break
+            continue
         run = st.runs[run_id]
         rec = st.jobs.get(run.job_id)
         if run.not_before_ms > horizon_ms or rec is None or run_id in skip_runs:
             continue
+        key = table.job_keys.get(run.job_id)
+        if key is not None and key not in keys:
+            keys[key] = (table.on_node(key), table.limit(key))
+        backfills += is_bf
+        read += not is_bf
         pending.append(PendingRun(run_id=run.run_id, scheduled_ms=run.scheduled_ms,
                                   not_before_ms=run.not_before_ms, tags=rec.spec.tags,
-                                  grace_ms=rec.spec.misfire.grace_ms, attempt=run.attempt))
-    due = tuple(DueJob(spec=rec.spec, hwm_ms=rec.hwm_ms, next_ms=rec.next_ms,
-                       version=rec.version,
-                       active=tuple((r, st.runs[r].state) for r in rec.active))
-                for rec in st.due_jobs(horizon_ms, MAX_JOBS_PER_PLAN, skip_jobs))
-    return PlanInput(pending=tuple(pending), due=due,
+                                  grace_ms=rec.spec.misfire.grace_ms, attempt=run.attempt,
+                                  key=key, backfill=is_bf))
+    due = []
+    for rec in st.due_jobs(horizon_ms, MAX_JOBS_PER_PLAN, skip_jobs):
+        conc = rec.spec.concurrency
+        if conc is not None and conc.key not in keys:
+            keys[conc.key] = (table.on_node(conc.key), table.limit(conc.key))
+        # A backfill's runs are not the schedule's previous runs (overlap ignores them).
+        due.append(DueJob(spec=rec.spec, hwm_ms=rec.hwm_ms, next_ms=rec.next_ms,
+                          version=rec.version,
+                          active=tuple((r, st.runs[r].state) for r in rec.active
+                                       if r not in bf_runs)))
+    return PlanInput(pending=tuple(pending), due=tuple(due),
                      last_leader_ms=int(st.leader.get("prev_ms", 0)),
-                     member_tags=members.member_tags(st))
+                     member_tags=members.member_tags(st), keys=keys)
 
 
 def unfit(tags: tuple[str, ...], live: list[Capacity],
@@ -240,10 +271,16 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
 
     # Runs this plan ends: they no longer hold back their job's next fire (overlap).
     ended: set[str] = set()
+    # Per concurrency key: its runs on nodes, counting this plan's, and its max.
+    keys = dict(inp.keys)
     # Runs waiting for a node first: released claims are reassigned at once.
     for run in inp.pending:
         if budget <= 0:
             break
+        if run.backfill:
+            continue  # after the on-time runs (below)
+        if run.key is not None and _key_full(keys, run.key):
+            continue  # it waits for a run of its key to end (never shed for it)
         waited_from = max(run.scheduled_ms, run.not_before_ms)
         late = ctx.now_ms - waited_from > run.grace_ms
         if late and run.attempt > 1:
@@ -270,6 +307,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         target.load += 1
         rotor += 1
         budget -= 1
+        _take_key(keys, run.key)
         place_items.append(Place(run.run_id, target.node_id))
 
     for rec in inp.due:
@@ -325,6 +363,16 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 drop.append(Drop(run_id, "cancelled", "replaced"))
             active = [a for a in active if a[0] not in decision.cancel]
             queued = decision.action == "queue"
+            key = spec.concurrency.key if spec.concurrency is not None else None
+            if not queued and key is not None and _key_full(keys, key):
+                # Its key is at its max: the run is made now (the apply records it
+                # queued, or skipped under policy = skip) and placed when a place frees.
+                budget -= 1
+                items.append(RunFire(spec.id, fire, None, False))
+                if spec.overlap in (Overlap.skip, Overlap.queue):
+                    active.append((f"{spec.id}@{fire}", "queued"))
+                hwm = fire
+                continue
             target = None if queued else place(live, spec.tags, rotor, ctx.node_id)
             if target is None and not queued:
                 # No room now: keep the mark here and try again next tick; once it is
@@ -338,6 +386,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             if target is not None:
                 target.load += 1
                 rotor += 1
+                _take_key(keys, key)
             budget -= 1
             items.append(RunFire(spec.id, fire, target.node_id if target else None, queued))
             # A run this plan creates is the job's previous run for the next fire time
@@ -354,11 +403,42 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         versions[spec.id] = rec.version
         if hwm != rec.hwm_ms or not blocked:
             nxt.append(Next(spec.id, next_fire(spec.schedule, hwm)))
+    # Backfills' runs last, on idle slots only (never a node's queue): on-time runs
+    # first, always (see core/backfill.py).
+    for run in inp.pending:
+        if budget <= 0:
+            break
+        if not run.backfill or (run.key is not None and _key_full(keys, run.key)):
+            continue
+        idle = [c for c in live if c.load < c.slots]
+        target = place(idle, run.tags, rotor, ctx.node_id)
+        if target is None:
+            why = unfit(run.tags, live, inp.member_tags)
+            if why is not None and why.startswith(MissReason.unplaceable.value):
+                # No member could ever run it: recorded so, not waited for forever.
+                drop.append(Drop(run.run_id, "missed", why))
+            continue
+        target.load += 1
+        rotor += 1
+        budget -= 1
+        _take_key(keys, run.key)
+        place_items.append(Place(run.run_id, target.node_id))
     if not (fires or place_items or drop or nxt):
         return None
     return Plan(at=ctx.now_ms, term=ctx.term, leader=ctx.node_id, fires=tuple(fires),
                 place=tuple(place_items), drop=tuple(drop), next=tuple(nxt),
                 versions=versions)
+
+
+def _key_full(keys: dict[str, tuple[int, int]], key: str) -> bool:
+    running, limit = keys.get(key, (0, 0))
+    return running >= limit
+
+
+def _take_key(keys: dict[str, tuple[int, int]], key: str | None) -> None:
+    if key is not None and key in keys:
+        running, limit = keys[key]
+        keys[key] = (running + 1, limit)
 
 
 def _merge_misses(items: list[Fire]) -> list[Fire]:

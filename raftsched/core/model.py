@@ -17,7 +17,14 @@ from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
 from raftsched.core.httpspec import HttpSpec
 from raftsched.core.notify import NotifySpec
+from raftsched.core.specext import (
+    ConcurrencySpec,
+    DepOn,
+    after_from_spec,
+    concurrency_from_spec,
+)
 from raftsched.core.trigger import (
+    AFTER,
     Schedule,
     bounds_from_spec,
     bounds_to_spec,
@@ -93,7 +100,8 @@ class RunState(enum.StrEnum):
     pending = "pending"
     """Waiting to be placed on a node (new, released or retrying)."""
     queued = "queued"
-    """Buffered by ``overlap = queue`` until the previous run ends."""
+    """Buffered by ``overlap = queue`` until the previous run ends, or waiting for a place
+    of its ``concurrency`` key (reason ``concurrency``)."""
     assigned = "assigned"
     """Placed on a node with a fence; not yet started."""
     started = "started"
@@ -141,6 +149,8 @@ class MissReason(enum.StrEnum):
     unplaceable = "unplaceable"
     """No member has the job's tags; the reason names them:
     ``unplaceable: no member has tags [gpu]``."""
+    concurrency = "concurrency"
+    """Its ``concurrency`` key was at its ``max`` (``policy = skip``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,6 +211,10 @@ class JobSpec:
     :var env: extra environment for the job process (values are never logged).
     :var notify: failure notifications of this job (None: the cluster default's).
     :var http: the request the node makes, when neither ``command`` nor ``call`` is set.
+    :var after: a dependent job's parents (its schedule is then ``AFTER``: no fire
+        times of its own); empty for a job with a schedule.
+    :var on: which outcome of the parents' runs makes it run.
+    :var concurrency: the cluster-wide limit it shares with the jobs of its key, or None.
     """
 
     id: str
@@ -218,6 +232,9 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=lambda: NO_ENV, hash=False, compare=True)
     notify: NotifySpec | None = None
     http: HttpSpec | None = None
+    after: tuple[str, ...] = ()
+    on: DepOn = DepOn.success
+    concurrency: ConcurrencySpec | None = None
 
     @classmethod
     def from_spec(
@@ -234,7 +251,9 @@ class JobSpec:
         job_id = _req(spec, "id")
         if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
             raise InvalidSpec("id", "must match [A-Za-z0-9_.-]{1,128}")
-        schedule = bounds_from_spec(spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
+        after, on = after_from_spec(spec, job_id)
+        schedule = AFTER if after else bounds_from_spec(
+            spec, schedule_from_spec(_req(spec, "schedule"), "schedule"))
         command = _command(spec.get("command"))
         call = _call(spec.get("call"), allowed_call_prefixes)
         has_http = spec.get("http") is not None
@@ -253,6 +272,9 @@ class JobSpec:
             paused=_bool(spec, "paused", False),
             env=_env(spec.get("env"), entering=allowed_call_prefixes is not None),
             notify=None if spec.get("notify") is None else NotifySpec.from_spec(spec["notify"]),
+            after=after,
+            on=on,
+            concurrency=concurrency_from_spec(spec.get("concurrency")),
         )
         if has_http:
             fields["http"] = HttpSpec.from_spec(spec["http"], fields["env"])
@@ -260,7 +282,12 @@ class JobSpec:
 
     def to_spec(self) -> dict[str, Any]:
         """The normalized, msgpack-friendly dict; defaults are written out in full."""
-        out: dict[str, Any] = {"id": self.id, "schedule": self.schedule.to_spec()}
+        out: dict[str, Any] = {"id": self.id}
+        if self.after:
+            out["after"] = list(self.after)
+            out["on"] = self.on.value
+        else:
+            out["schedule"] = self.schedule.to_spec()
         # Only when set: a spec without bounds is written exactly as before they existed.
         out.update(bounds_to_spec(self.schedule))
         if self.command is not None:
@@ -287,6 +314,8 @@ class JobSpec:
         out["jitter"] = format_duration(self.jitter_ms)
         out["paused"] = self.paused
         out["env"] = dict(self.env)
+        if self.concurrency is not None:  # only when set, like bounds
+            out["concurrency"] = self.concurrency.to_spec()
         if self.notify is not None:
             out["notify"] = self.notify.to_spec()
         return out
@@ -304,7 +333,9 @@ FIELDS_BEFORE_BOUNDS = frozenset(
     {"id", "schedule", "command", "call", "timeout", "overlap", "misfire", "retries",
      "on_node_lost", "tags", "jitter", "paused", "env", "notify", "http"}
 )
-_FIELDS = FIELDS_BEFORE_BOUNDS | {"start", "end"}
+#: ... and before ``after``/``on``/``concurrency`` (see :data:`cmdbase.DEPS_VERSION`).
+FIELDS_BEFORE_DEPS = FIELDS_BEFORE_BOUNDS | {"start", "end"}
+_FIELDS = FIELDS_BEFORE_DEPS | {"after", "on", "concurrency"}
 
 
 def _req(spec: dict[str, Any], key: str) -> Any:

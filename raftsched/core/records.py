@@ -78,7 +78,7 @@ class JobRecord:
             "next_ms": self.next_ms,
             "paused": self.spec.paused,
             # A one-shot whose fire time has its outcome: nothing more will ever run.
-            "done": self.next_ms is None and not self.active,
+            "done": self.next_ms is None and not self.active and not self.spec.after,
             "active": list(self.active),
             "last": dict(zip(LAST_KEYS, self.last, strict=True)) if self.last else None,
         }

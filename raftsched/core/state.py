@@ -31,8 +31,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from raftsched.core import apply as declarative
-from raftsched.core import claims, jobs, members, nodes, notify
-from raftsched.core.cmdbase import REFUSAL_REMEMBERED_VERSION
+from raftsched.core import backfill, claims, deps, jobs, members, nodes, notify
+from raftsched.core.cmdbase import DEPS_VERSION, REFUSAL_REMEMBERED_VERSION
 from raftsched.core.commands import (
     MAX_AT_MS,
     MAX_PUT_BATCH,
@@ -82,8 +82,15 @@ class ClusterState:
         self.totals: dict[str, int] = {}
         self.dedupe: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.notify = notify.NotifyState()
-        # Derived index (rebuilt on restore, never snapshotted).
+        #: Backfills by id, oldest first (core/backfill.py), and the last id's number.
+        self.backfills: dict[str, backfill.BackfillRecord] = {}
+        self.backfill_seq = 0
+        # Derived indexes (rebuilt on restore, never snapshotted).
         self.due: list[tuple[int, str]] = []
+        #: Parent job id -> the ids of the jobs that run after it (core/deps.py).
+        self.dependents: dict[str, set[str]] = {}
+        #: Run id -> the backfill it belongs to, for its active runs.
+        self.bf_runs: dict[str, str] = {}
         self.effects: list[Effect] = []
         #: (commands applied, the command, its prepared work): see ``prepare``.
         self._prepared: tuple[int, Command, Any] | None = None
@@ -294,8 +301,17 @@ class ClusterState:
 
     def rebuild_indexes(self) -> None:
         """Recompute the derived indexes after a restore."""
-        self.table.rebuild()
+        table = self.table
+        table.job_keys, table.key_max = {}, {}
+        for job_id, rec in self.jobs.items():
+            conc = rec.spec.concurrency
+            if conc is not None:
+                table.job_keys[job_id] = conc.key
+                table.key_max.setdefault(conc.key, {})[job_id] = conc.max
+        table.rebuild()
         self.rebuild_due()
+        deps.rebuild(self)
+        backfill.rebuild(self)
 
     def rebuild_due(self) -> None:
         """The due index from the jobs alone (no stale entry)."""
@@ -343,6 +359,16 @@ _HANDLERS: dict[str, Callable[[ClusterState, Any], dict[str, Any]]] = {
     "start": claims.apply_start,
     "finish": claims.apply_finish,
     "release": claims.apply_release,
+    "backfill": lambda st, cmd: backfill.apply_backfill(st, _v5(cmd)),
+    "backfill_cancel": lambda st, cmd: backfill.apply_cancel(st, _v5(cmd)),
 }
+
+
+def _v5(cmd: Any) -> Any:
+    """A backfill command written below version 5 is refused as the release before them
+    refused an unknown op (none was ever written: this keeps replay exact regardless)."""
+    if cmd.v < DEPS_VERSION:
+        raise InvalidArgument("op", f"unknown operation {cmd.OP!r:.40}")
+    return cmd
 
 __all__ = ["MAX_AT_MS", "MAX_PUT_BATCH", "ClusterState", "InvalidSpec"]

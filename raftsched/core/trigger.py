@@ -39,7 +39,8 @@ from raftsched.core.durations import (
 )
 from raftsched.core.errors import InvalidSpec, unknown_hint
 
-__all__ = ["MAX_CRON_CHARS", "MAX_EVERY_MS", "MIN_EVERY_MS", "AtSchedule", "CronSchedule",
+__all__ = ["AFTER", "MAX_CRON_CHARS", "MAX_EVERY_MS", "MIN_EVERY_MS", "AfterSchedule",
+           "AtSchedule", "CronSchedule",
            "EverySchedule", "Schedule", "ScheduleKind", "bounded", "bounds_from_spec",
            "bounds_to_spec", "count_fires", "fire_times", "jitter_ms",
            "latest_fire_at_or_before", "next_fire", "schedule_from_row", "schedule_from_spec",
@@ -60,6 +61,8 @@ class ScheduleKind(enum.StrEnum):
     every = "every"
     #: A single instant.
     at = "at"
+    #: No fire times of its own: a dependent job (``after``) runs after its parents.
+    after = "after"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,8 +163,24 @@ class AtSchedule(_Bounds):
         return {"at": format_timestamp(self.at_ms)}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AfterSchedule(_Bounds):
+    """The schedule of a dependent job (``after``): it has no fire times of its own.
+    Its runs are made when its parents' runs end (:mod:`raftsched.core.deps`), each for
+    its parents' fire time; every function here finds none for it."""
+
+    kind: ClassVar[ScheduleKind] = ScheduleKind.after
+
+    def to_spec(self) -> dict[str, Any]:
+        """Empty: a dependent job's spec has ``after``, not a ``schedule``."""
+        return {}
+
+
+#: The one schedule every dependent job shares.
+AFTER = AfterSchedule()
+
 #: When a job fires: one of the shapes above (``kind`` names it).
-Schedule: TypeAlias = CronSchedule | EverySchedule | AtSchedule
+Schedule: TypeAlias = CronSchedule | EverySchedule | AtSchedule | AfterSchedule
 
 
 def schedule_from_spec(spec: object, field: str = "schedule") -> Schedule:
@@ -227,6 +246,8 @@ def schedule_to_row(s: Schedule) -> list[Any]:
         return [s.kind.value, s.cron, s.tz, None, 0, None]
     if isinstance(s, EverySchedule):
         return [s.kind.value, None, "UTC", s.every_ms, s.offset_ms, None]
+    if isinstance(s, AfterSchedule):
+        return [s.kind.value, None, "UTC", None, 0, None]
     return [s.kind.value, None, "UTC", None, 0, s.at_ms]
 
 
@@ -241,6 +262,9 @@ def schedule_from_row(row: list[Any]) -> Schedule:
         return EverySchedule(every_ms=every, offset_ms=offset)
     if kind is ScheduleKind.at and (cron, tz, every, offset) == (None, "UTC", None, 0):
         return AtSchedule(at_ms=at)
+    if kind is ScheduleKind.after and (cron, tz, every, offset, at) == (None, "UTC", None, 0,
+                                                                       None):
+        return AFTER
     raise InvalidSpec("schedule", f"fields do not make a valid {kind.value} schedule")
 
 
@@ -320,7 +344,7 @@ def _next_unbounded(schedule: Schedule, after_ms: int) -> int | None:
         return offset + ((after_ms - offset) // every + 1) * every
     if isinstance(schedule, AtSchedule):
         return schedule.at_ms if schedule.at_ms > after_ms else None
-    if after_ms >= _MAX_MS:
+    if isinstance(schedule, AfterSchedule) or after_ms >= _MAX_MS:
         return None
     return _cron.fire(compile_cron(schedule.cron), zone_of(schedule.tz),
                       max(after_ms, _MIN_MS), True)
@@ -354,6 +378,8 @@ def count_fires(schedule: Schedule, after_ms: int, until_ms: int) -> int:
         return (until_ms - offset) // every - (after_ms - offset) // every
     if isinstance(schedule, AtSchedule):
         return int(after_ms < schedule.at_ms <= until_ms)
+    if isinstance(schedule, AfterSchedule):
+        return 0
     return _cron.count_fires(compile_cron(schedule.cron), zone_of(schedule.tz),
                              after_ms, until_ms)
 
@@ -368,6 +394,8 @@ def latest_fire_at_or_before(schedule: Schedule, after_ms: int, until_ms: int) -
         t: int | None = offset + (until_ms - offset) // every * every
     elif isinstance(schedule, AtSchedule):
         t = schedule.at_ms
+    elif isinstance(schedule, AfterSchedule):
+        t = None
     else:
         t = None if until_ms < _MIN_MS else _cron.fire(
             compile_cron(schedule.cron), zone_of(schedule.tz), min(until_ms, _MAX_MS), False)

@@ -294,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from raftsched.faces.cli_preview import add_commands
     add_commands(sub, jsub, common)
+    from raftsched.faces import cli_backfill  # job backfill, backfills, backfill-cancel
+    cli_backfill.add_commands(jsub, common)
 
     p = sub.add_parser("runs", parents=[common], help="show a job's runs, newest first")
     p.add_argument("id", metavar="ID")

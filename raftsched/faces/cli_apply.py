@@ -24,8 +24,9 @@ from raftsched.core.errors import InvalidSpec, RaftschedError
 KEEP_VALUE = {"keep": True}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
 #: Top-level fields in the order a job file lists them.
-_ORDER = ("id", "schedule", "start", "end", "command", "call", "http", "timeout", "overlap",
-          "misfire", "retries", "on_node_lost", "tags", "jitter", "paused", "env")
+_ORDER = ("id", "schedule", "start", "end", "after", "on", "command", "call", "http",
+          "timeout", "overlap", "misfire", "retries", "on_node_lost", "tags", "jitter",
+          "paused", "concurrency", "env")
 
 
 # ------------------------------------------------------------------ TOML out
@@ -75,8 +76,8 @@ def toml_job(spec: dict[str, Any]) -> str:
 def compact(spec: dict[str, Any]) -> dict[str, Any]:
     """A spec without the fields left at their defaults (``env`` as given)."""
     from raftsched.core.model import JobSpec
-    base: dict[str, Any] = {k: spec[k] for k in ("id", "schedule", "command", "call", "http")
-                            if k in spec}
+    base: dict[str, Any] = {k: spec[k] for k in ("id", "schedule", "after", "command", "call",
+                                                 "http") if k in spec}
     try:
         # With env: an http table names env values (${NAME}) that must be there.
         defaults = JobSpec.from_spec(dict(base, env=spec.get("env")),

@@ -22,6 +22,9 @@ def format_next(result: dict[str, Any]) -> str:
         head += "  [paused: nothing fires until it is resumed]"
     tz = str(result.get("tz") or "UTC")
     fires = result.get("fires") or []
+    if result.get("after"):
+        return head + "\n(no fire times of its own: one run per fire time of its parents, " \
+                      "when their runs for it end as it waits for)"
     if not fires:
         end = result.get("end")
         return head + ("\n(no further fire times)" if not end

@@ -72,6 +72,21 @@ def format_schedule(schedule: Any) -> str:
     return json.dumps(schedule, sort_keys=True)
 
 
+def format_trigger_of(spec: dict[str, Any]) -> str:
+    """What makes a job run: its schedule (and bounds), or ``after a, b (on failure)``;
+    `` [key 2]`` after it for a concurrency key."""
+    after = spec.get("after")
+    if after:
+        on = spec.get("on") or "success"
+        text = "after " + ", ".join(map(str, after)) + ("" if on == "success" else f" (on {on})")
+    else:
+        text = format_schedule(spec.get("schedule")) + format_bounds(spec)
+    conc = spec.get("concurrency")
+    if isinstance(conc, dict):
+        text += f" [{conc.get('key')} {conc.get('max')}]"
+    return text
+
+
 def format_bounds(spec: Any) -> str:
     """A spec's ``start``/``end`` after its schedule: `` from <start> until <end>``."""
     if not isinstance(spec, dict):
@@ -106,12 +121,22 @@ def _dash(value: Any) -> str:
 def format_jobs(result: dict[str, Any]) -> str:
     """The ``job ls`` table."""
     jobs = result.get("jobs") or []
-    rows = [[j.get("id"), format_schedule((j.get("spec") or {}).get("schedule"))
-             + format_bounds(j.get("spec")),
-             "done" if j.get("done") else format_time(j.get("next_ms")),
+    # The dependency graph, as far as this page shows it: each job's dependents.
+    then: dict[str, list[str]] = {}
+    for j in jobs:
+        for parent in (j.get("spec") or {}).get("after") or []:
+            then.setdefault(str(parent), []).append(str(j.get("id")))
+    rows = [[j.get("id"), format_trigger_of(j.get("spec") or {}),
+             "done" if j.get("done") else
+             ("-" if (j.get("spec") or {}).get("after") else format_time(j.get("next_ms"))),
              _yes(j.get("paused")), format_last(j.get("last")),
              len(j.get("active") or [])] for j in jobs]
-    out = format_table(["ID", "SCHEDULE", "NEXT", "PAUSED", "LAST", "ACTIVE"], rows)
+    headers = ["ID", "SCHEDULE", "NEXT", "PAUSED", "LAST", "ACTIVE"]
+    if then:
+        headers.append("THEN")
+        for row, j in zip(rows, jobs, strict=True):
+            row.append(", ".join(then.get(str(j.get("id")), [])) or "-")
+    out = format_table(headers, rows)
     total = result.get("total")
     if isinstance(total, int) and total > len(jobs):
         out += f"\n({len(jobs)} of {total} jobs shown; narrow with --prefix or raise --limit)"
@@ -210,6 +235,8 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"members (replicated, the truth): {clean(', '.join(map(str, active)))}"
                      f"; config file: {clean(', '.join(map(str, members.get('config') or [])))}")
         lines.extend(f"  - {clean(p)}" for p in members["problems"])
+    from raftsched.faces.cli_backfill import status_lines
+    lines.extend(status_lines(status))
     return "\n".join(lines)
 
 

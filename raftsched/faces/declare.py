@@ -67,7 +67,9 @@ def build_spec(func: Any, *, id: str | None = None, schedule: dict[str, Any] | N
     given = [k for k, v in (("cron", cron), ("every", every), ("at", at)) if v is not None]
     if schedule is not None and given:
         raise InvalidSpec("schedule", f"give schedule= or {given[0]}=, not both")
-    if schedule is None:
+    if schedule is None and "after" in policy and not given:
+        pass  # a dependent job (after=[...]): no schedule of its own
+    elif schedule is None:
         if len(given) != 1:
             raise InvalidSpec("schedule", "give exactly one of cron=, every= or at=")
         if tz is not None and cron is None:
@@ -81,7 +83,8 @@ def build_spec(func: Any, *, id: str | None = None, schedule: dict[str, Any] | N
     for key in ("call", "command"):
         if key in policy:
             raise InvalidSpec(key, "is the decorated function; do not pass it")
-    spec = dict(policy, id=id or f"{module}.{qualname}", schedule=schedule,
+    spec = dict(policy, id=id or f"{module}.{qualname}",
+                **({} if schedule is None else {"schedule": schedule}),
                 call=f"{module}:{qualname}")
     # Validated now (a typo fails at import, naming the field), stored as given.
     JobSpec.from_spec(spec, allowed_call_prefixes=None)

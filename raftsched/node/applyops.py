@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core.apply import Change, plan_apply
-from raftsched.core.cmdbase import any_bounds
+from raftsched.core.cmdbase import any_bounds, any_deps
 from raftsched.core.codec import packb
 from raftsched.core.commands import ApplyJobs
 from raftsched.core.errors import Conflict, InvalidArgument, LimitExceeded
@@ -35,9 +35,13 @@ CHANGED_MASK = ENV_MASK + " (changed)"
 #: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
 #: ``notify`` spec field, ``notify_default`` and ``notified``), ``lease`` (a
 #: ``release`` carrying ``hb``), ``certify`` (the ``certify`` command: death
-#: certificates), ``bounds`` (the ``start``/``end`` spec fields) and ``http`` (the
-#: ``http`` spec field: an older release refuses such a spec in its apply).
-FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http")
+#: certificates), ``bounds`` (the ``start``/``end`` spec fields), ``http`` (the
+#: ``http`` spec field: an older release refuses such a spec in its apply) and ``deps``
+#: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
+#: command version 5, snapshot version 3).
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps")
+#: Dependent jobs, concurrency keys and backfills: only once every member has them.
+DEPS_FEATURE = "deps"
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 _SPEC_OPS = frozenset({"put_job", "put_jobs", "apply", "diff_apply"})
@@ -71,8 +75,8 @@ class Features:
 
     def check(self, op: str, args: dict[str, Any]) -> None:
         """Refuse a request whose command an older member could not apply (until every
-        member runs this release): ``apply``, and specs that use ``notify``, bounds or
-        ``http``."""
+        member runs this release): ``apply``, backfills, and specs that use ``notify``,
+        bounds, ``http``, ``after`` or ``concurrency``."""
         needed = []
         if op in ("apply", "diff_apply"):
             needed.append("apply")
@@ -84,6 +88,10 @@ class Features:
                     needed.append(field)
             if isinstance(specs, list) and any_bounds(specs):
                 needed.append("bounds")
+            if isinstance(specs, list) and any_deps(specs):
+                needed.append(DEPS_FEATURE)
+        if op in ("backfill", "backfill_cancel"):
+            needed.append(DEPS_FEATURE)
         for feature in needed:
             if (old := self.missing(feature)):
                 raise Conflict(feature, f"node(s) {', '.join(old)} run an older raftsched "

@@ -330,18 +330,17 @@ class JobOps:
         if isinstance(count, bool) or not isinstance(count, int) \
                 or not 0 < count <= preview.MAX_COUNT:
             raise InvalidArgument("count", f"must be 1..{preview.MAX_COUNT}")
-        paused = False
+        spec: JobSpec | None
         if args.get("spec") is not None:
-            job = JobSpec.from_spec(args["spec"], allowed_call_prefixes=self.allowed())
-            schedule, job_id, paused = job.schedule, job.id, job.paused
+            spec = JobSpec.from_spec(args["spec"], allowed_call_prefixes=self.allowed())
         else:
             job_id = job_id_arg(args)
             await self.caught_up(args)
             spec = self.raft.read(lambda st: st.jobs[job_id].spec if job_id in st.jobs else None)
             if spec is None:
                 raise UnknownJob(job_id)
-            schedule, paused = spec.schedule, spec.paused
-        return dict(preview.next_fires(schedule, now_ms(), count), id=job_id, paused=paused)
+        return dict(preview.next_fires(spec.schedule, now_ms(), count, parents=spec.after,
+                                       on=spec.on.value), id=spec.id, paused=spec.paused)
 
     async def preview_put(self, args: dict[str, Any]) -> Any:
         """``job put --dry-run``: validate like put_jobs (an atomic one, a job file's),

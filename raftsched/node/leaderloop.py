@@ -227,7 +227,7 @@ class LeaderLoop:
         cutoff = self.clock.now_ms() - keep
         old = self.raft.read(lambda st: [
             (rec.spec.id, rec.version) for rec in st.jobs.values()
-            if rec.next_ms is None and not rec.active
+            if rec.next_ms is None and not rec.active and not rec.spec.after
             and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff])
         for job, version in old[:DONE_BATCH]:
             reply = await self._commit(DeleteJob(job=job, if_done=version, at=self.clock.now_ms(),

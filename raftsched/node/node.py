@@ -55,6 +55,7 @@ from raftsched.node import (
     notifier,
     shutdown,
 )
+from raftsched.node.backfillops import BackfillOps
 from raftsched.node.backup import Backups
 from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
 from raftsched.node.clusterops import ClusterOps
@@ -222,6 +223,7 @@ class Node:
         self.ops: dict[str, Op] = {
             **self.jobs.ops(), **cluster.ops(),
             "backup": self.backups.handle,
+            **BackfillOps(raft=self.raft, writes=self.writes, reads=self.reads).ops(),
             **membership.MembershipOps(
                 raft=self.raft, writes=self.writes, reads=self.reads, cfg=cfg, node_id=node_id,
                 raft_to_id=self.raft_to_id, secret=lambda: self.secret).ops(),

@@ -14,6 +14,7 @@ from typing import Any
 from raftsched.core.cron import zone_of
 from raftsched.core.durations import format_duration, format_timestamp
 from raftsched.core.trigger import (
+    AfterSchedule,
     CronSchedule,
     EverySchedule,
     Schedule,
@@ -71,7 +72,14 @@ def _describe_shape(schedule: Schedule) -> str:
         if schedule.offset_ms:
             text += f", offset {duration_words(schedule.offset_ms)} from the epoch"
         return text
+    if isinstance(schedule, AfterSchedule):
+        return "after its parents"
     return f"once, at {format_timestamp(schedule.at_ms)}"
+
+
+def describe_after(after: tuple[str, ...], on: str) -> str:
+    """A dependent job's trigger in words: ``after extract``, ``after a, b (on failure)``."""
+    return f"after {', '.join(after)}" + ("" if on == "success" else f" (on {on})")
 
 
 def _zone(tz: str) -> Any:
@@ -92,9 +100,12 @@ def _dst_change(zone: Any, day: datetime) -> str | None:
     return f"{sign}{format_duration(abs(delta) * 1000)}"
 
 
-def next_fires(schedule: Schedule, now_ms: int, count: int) -> dict[str, Any]:
+def next_fires(schedule: Schedule, now_ms: int, count: int, *,
+               parents: tuple[str, ...] = (), on: str = "success") -> dict[str, Any]:
     """The next ``count`` fire times after ``now_ms``: each in UTC and in the
-    schedule's zone, the local days with a DST change marked, and the words."""
+    schedule's zone, the local days with a DST change marked, and the words. A
+    dependent job (``parents``: its ``after``) has none of its own: its words say whom
+    it runs after."""
     zone = _zone(schedule_tz(schedule))
     fires: list[dict[str, Any]] = []
     after = now_ms
@@ -112,7 +123,11 @@ def next_fires(schedule: Schedule, now_ms: int, count: int) -> dict[str, Any]:
         fires.append(item)
         after = t
     out = {"schedule": schedule.to_spec(), "tz": schedule_tz(schedule),
-           "description": describe(schedule), "fires": fires, "now_ms": now_ms}
+           "description": describe_after(parents, on) if parents else describe(schedule),
+           "fires": fires, "now_ms": now_ms}
+    if parents:
+        out["after"] = list(parents)
+        out["on"] = on
     out.update(bounds_to_spec(schedule))  # the bounds, as the spec writes them
     return out
 
@@ -134,4 +149,4 @@ def diff_specs(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any
     return out
 
 
-__all__ = ["MAX_COUNT", "describe", "diff_specs", "duration_words", "next_fires"]
+__all__ = ["MAX_COUNT", "describe", "describe_after", "diff_specs", "duration_words", "next_fires"]

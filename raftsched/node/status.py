@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import backfill, conc
 from raftsched.node import membership
 from raftsched.node.clock import now_ms
 
@@ -67,6 +68,8 @@ class StatusView:
                     st.applied, notify, st.next_due_ms())
 
         nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(copy)
+        # Backfills (running and the last finished) and concurrency keys (bounded lists).
+        backfills, keys = raft.read(lambda st: (backfill.views(st), conc.key_view(st)))
         commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
         leader_addr = raft.leader_addr()
         leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
@@ -123,6 +126,7 @@ class StatusView:
             # Group commit on this node (durable.py): syncs made and what they cost.
             "durability": _durability(self.raft),
             "leader_record": leader, "notify": notify, "membership": members,
+            "backfills": backfills, "concurrency": keys,
             # Each member's HTTP API/dashboard address (config; absent: that node serves
             # none).
             "http": {n.id: n.http for n in self.cfg.nodes if n.http is not None},

@@ -34,7 +34,8 @@ _REPLY_KEYS = {"put_job": ("job", "version", "created"), "put_jobs": ("results",
                "member": ("node", "status", "raft", "api"),
                "delete_job": ("job",), "pause": ("job", "version"),
                "resume": ("job", "version"), "trigger": ("run_id", "state"),
-               "certify": ("released", "already")}
+               "certify": ("released", "already"), "backfill": ("backfill",),
+               "backfill_cancel": ("backfill",)}
 
 
 def check_rid(rid: Any) -> str:

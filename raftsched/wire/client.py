@@ -47,7 +47,8 @@ DEFAULT_ADDR = "127.0.0.1:7101"
 DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 #: Ops that change state; they carry a ``rid`` so a retry after failover is not re-applied.
 WRITE_OPS = frozenset({"put_job", "put_jobs", "apply", "delete_job", "pause", "resume", "trigger",
-                       "drain", "transfer_leader", "add_node", "remove_node", "certify"})
+                       "drain", "transfer_leader", "add_node", "remove_node", "certify",
+                       "backfill", "backfill_cancel"})
 #: Error codes meaning "this node cannot serve it now, another may".
 FAILOVER_CODES = frozenset({"not_ready", "unavailable"})
 #: Each address is tried at most this many times per call.
@@ -153,6 +154,20 @@ class Client(NodeConnection):
 
     def trigger(self, job_id: str, force: bool = False) -> Any:
         return self.call("trigger", id=job_id, force=force)
+
+    def backfill(self, job_id: str, start: str | int, end: str | int, *,
+                 overlap: str = "queue", max_active: int = 1, rerun: bool = False) -> Any:
+        """Run the job's fire times in ``start..end`` (RFC 3339 or epoch ms) once each, as
+        one backfill; returns its view (``id`` ``bf-<n>``)."""
+        return self.call("backfill", id=job_id, overlap=overlap, max=max_active, rerun=rerun,
+                         **{"from": start, "to": end})
+
+    def backfill_cancel(self, backfill_id: str) -> Any:
+        return self.call("backfill_cancel", backfill=backfill_id)
+
+    def backfills(self, job_id: str | None = None) -> Any:
+        """Running and recently finished backfills, newest first."""
+        return self.call("backfills", **({} if job_id is None else {"job": job_id}))
 
     def runs(self, job_id: str, limit: int = 100, *, stale: bool = False,
              before: int | None = None) -> Any:

@@ -140,6 +140,9 @@ class HttpServer:
         r.add_get("/api/v1/jobs/{id}/runs", self._runs)
         r.add_get("/api/v1/jobs/{id}/next", self._next)
         r.add_get("/api/v1/runs/{run}/logs", self._run_log)
+        r.add_post("/api/v1/jobs/{id}/backfill", self._backfill)
+        r.add_get("/api/v1/backfills", self._backfills)
+        r.add_post("/api/v1/backfills/{bf}/cancel", self._backfill_cancel)
         r.add_post("/api/v1/preview", self._preview)
         r.add_get("/api/v1/status", self._status)
         r.add_get("/api/v1/token", self._token)
@@ -335,6 +338,21 @@ class HttpServer:
         data = result.pop("data", b"")
         result["text"] = data.decode("utf-8", "replace") if isinstance(data, bytes) else ""
         return _json(result)
+
+    async def _backfill(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            return _error(400, "invalid_argument", "body: must be a JSON object")
+        args = {k: body[k] for k in ("from", "to", "overlap", "max", "rerun") if k in body}
+        return await self._call("backfill", dict(args, id=request.match_info["id"],
+                                                 rid=self._rid(request)), 201)
+
+    async def _backfills(self, request: web.Request) -> web.Response:
+        return await self._call("backfills", {"job": request.query.get("job")})
+
+    async def _backfill_cancel(self, request: web.Request) -> web.Response:
+        return await self._call("backfill_cancel", {"backfill": request.match_info["bf"],
+                                                    "rid": self._rid(request)})
 
     async def _token(self, request: web.Request) -> web.Response:
         """What the presented token may do (the dashboard shows buttons accordingly)."""

@@ -23,10 +23,21 @@ SCHEMAS: dict[str, Any] = {
             "properties": {"code": {"type": "string", "examples": ["invalid_spec"]},
                            "message": {"type": "string"}}}}},
     "JobSpec": {
-        "type": "object", "required": ["schedule"],
-        "description": "A job spec as in the README (id may come from the path).",
+        "type": "object",
+        "description": "A job spec as in the docs (id may come from the path): a schedule, "
+                       "or after (a dependent job).",
+        "anyOf": [{"required": ["schedule"]}, {"required": ["after"]}],
         "properties": {"id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"},
                        "schedule": {"type": "object"},
+                       "after": {"type": "array", "items": {"type": "string"},
+                                 "description": "Run once per fire time after these jobs' "
+                                                "runs for it ended (no schedule of its own)."},
+                       "on": {"enum": ["success", "failure", "always"]},
+                       "concurrency": {
+                           "type": "object", "required": ["key", "max"],
+                           "properties": {"key": {"type": "string"},
+                                          "max": {"type": "integer", "minimum": 1},
+                                          "policy": {"enum": ["queue", "skip"]}}},
                        "start": {"type": "string", "format": "date-time",
                                  "description": "No fire time before it (RFC 3339)."},
                        "end": {"type": "string", "format": "date-time",
@@ -138,11 +149,36 @@ SCHEMAS: dict[str, Any] = {
             "description": {"type": "string"}, "paused": {"type": "boolean"},
             "now_ms": {"type": "integer"}, "start": {"type": "string"},
             "end": {"type": "string"},
+            "after": {"type": "array", "items": {"type": "string"},
+                      "description": "A dependent job's parents (it has no fire times of "
+                                     "its own; description says 'after ...')."},
+            "on": {"enum": ["success", "failure", "always"]},
             "fires": {"type": "array", "items": {
                 "type": "object", "required": ["at_ms", "utc", "local"],
                 "properties": {"at_ms": {"type": "integer"}, "utc": {"type": "string"},
                                "local": {"type": "string"}, "weekday": {"type": "string"},
                                "dst_change": {"type": "string"}}}}}},
+    "Backfill": {
+        "type": "object",
+        "required": ["id", "job", "from_ms", "to_ms", "fire_times", "done", "state", "active",
+                     "counts", "overlap", "max", "rerun"],
+        "properties": {
+            "id": {"type": "string", "examples": ["bf-1"]}, "job": {"type": "string"},
+            "from_ms": {"type": "integer"}, "to_ms": {"type": "integer"},
+            "fire_times": {"type": "integer", "description": "Fire times in the range."},
+            "done": {"type": "integer", "description": "Fire times dealt with (run to an "
+                                                        "end, or counted skipped)."},
+            "next_ms": _NULLABLE_INT, "overlap": {"enum": ["allow", "skip", "queue"]},
+            "max": {"type": "integer"}, "rerun": {"type": "boolean"},
+            "state": {"enum": ["running", "done", "cancelled"]},
+            "created_ms": {"type": "integer"}, "finished_ms": _NULLABLE_INT,
+            "reason": {"type": "string"},
+            "active": {"type": "array", "items": {"type": "string"}},
+            "counts": {"type": "object", "additionalProperties": {"type": "integer"}}}},
+    "BackfillList": {
+        "type": "object", "required": ["backfills"],
+        "properties": {"backfills": {"type": "array", "items": {
+            "$ref": "#/components/schemas/Backfill"}}}},
     "TokenRole": {"type": "object", "required": ["role", "node"],
                   "properties": {"role": {"enum": ["admin", "read"]},
                                  "node": {"type": "string"}}},
@@ -155,6 +191,13 @@ SCHEMAS: dict[str, Any] = {
             "health": {"enum": ["ok", "degraded", "down"]}, "summary": {"type": "string"},
             "jobs": {"type": "integer"}, "active_runs": {"type": "integer"},
             "consistent": {"type": "boolean"}, "totals": {"type": "object"},
+            "backfills": {"type": "array", "items": {"$ref": "#/components/schemas/Backfill"}},
+            "concurrency": {"type": "array", "items": {
+                "type": "object", "required": ["key", "max", "running", "queued"],
+                "properties": {"key": {"type": "string"}, "max": {"type": "integer"},
+                               "running": {"type": "integer"}, "holding": {"type": "integer"},
+                               "queued": {"type": "integer"},
+                               "jobs": {"type": "array", "items": {"type": "string"}}}}},
             "nodes": {"type": "array", "items": {
                 "type": "object", "required": ["node_id", "alive", "connected"],
                 "properties": {"node_id": {"type": "string"}, "alive": {
@@ -261,6 +304,24 @@ PATHS: dict[str, Any] = {
              "description": "default: the newest attempt that ran"},
             {"name": "wait", "in": "query", "schema": {"type": "number"},
              "description": "seconds (<= 10) to wait for more output before answering"}])},
+    "/api/v1/jobs/{id}/backfill": {"post": _op(
+        "Run the job's fire times in from..to (past) once each, as one backfill",
+        {"201": _json("Backfill", "started")}, params=[_ID, _RID],
+        extra={"requestBody": {"content": {"application/json": {"schema": {
+            "type": "object", "required": ["from", "to"],
+            "properties": {"from": {"type": ["string", "integer"],
+                                    "description": "RFC 3339 or epoch ms (inclusive)"},
+                           "to": {"type": ["string", "integer"]},
+                           "overlap": {"enum": ["allow", "skip", "queue"]},
+                           "max": {"type": "integer", "minimum": 1, "maximum": 8},
+                           "rerun": {"type": "boolean"}}}}}}})},
+    "/api/v1/backfills": {"get": _op(
+        "Running and recently finished backfills, newest first", {"200": _json("BackfillList")},
+        params=[{"name": "job", "in": "query", "schema": {"type": "string"}}])},
+    "/api/v1/backfills/{bf}/cancel": {"post": _op(
+        "Cancel a backfill (its runs not started are cancelled)", {"200": _json("Backfill")},
+        params=[{"name": "bf", "in": "path", "required": True, "schema": {"type": "string"}},
+                _RID])},
     "/api/v1/preview": {"post": _op(
         "Next fire times of a spec that is not stored (needs only a read token)",
         {"200": _json("NextFires")}, extra={"requestBody": {"content": {"application/json": {

@@ -44,6 +44,7 @@ SEAL_OVERHEAD = 16
 ADMIN, READ = "admin", "read"
 #: Ops a read-only credential may call (besides hello, auth and ping).
 READ_OPS = frozenset({"status", "get_job", "list_jobs", "runs", "members", "next_fires",
+                      "backfills",
                       "diff_apply",
                       "preview_put", "run_log"})
 RO_PREFIX = "ro1."

@@ -135,6 +135,34 @@ def test_every_route_answers_as_the_openapi_document_says(cluster: Cluster) -> N
     assert chk.call("GET", J, J, tok="0" * 64, expect=401)["error"]["code"] == "unauthenticated"
     assert chk.call("POST", f"{JID}/pause", f"{J}/h1/pause", tok=TOK["read"],
                     expect=403)["error"]["code"] == "forbidden"
+    # Issue 32 items 1, 2, 4: a dependent job, a concurrency key and a backfill.
+    dep = chk.call("PUT", JID, f"{J}/h1-load", body={"after": ["h1"], "command": ["true"],
+                                                     "concurrency": {"key": "wh", "max": 1}},
+                   expect=201)
+    assert dep["created"] is True
+    got = chk.call("GET", JID, f"{J}/h1-load")
+    assert got["spec"]["after"] == ["h1"] and "schedule" not in got["spec"]
+    assert got["done"] is False and got["next_ms"] is None
+    assert chk.call("GET", f"{JID}/next", f"{J}/h1-load/next")["description"] == "after h1"
+    bad_after = chk.call("PUT", JID, f"{J}/h1", body=dict(SPEC, after=["h1-load"]),
+                         expect=400)
+    assert bad_after["error"]["message"].startswith("after:"), bad_after
+    gone = chk.call("DELETE", JID, f"{J}/h1", expect=409)
+    assert gone["error"]["message"].startswith("after:"), gone
+    bf = chk.call("POST", f"{JID}/backfill", f"{J}/h1/backfill", expect=201,
+                  body={"from": "2026-01-01T00:00:00Z", "to": "2026-01-03T23:59:59Z",
+                        "max": 2, "overlap": "allow"})
+    assert bf["id"].startswith("bf-") and bf["fire_times"] == 3 and bf["job"] == "h1"
+    listed_bf = chk.call("GET", "/api/v1/backfills", "/api/v1/backfills?job=h1",
+                         tok=TOK["read"])
+    assert [b["id"] for b in listed_bf["backfills"]] == [bf["id"]]
+    cancelled = chk.call("POST", "/api/v1/backfills/{bf}/cancel",
+                         f"/api/v1/backfills/{bf['id']}/cancel")
+    assert cancelled["state"] in ("cancelled", "done")
+    assert chk.call("POST", f"{JID}/backfill", f"{J}/h1/backfill", expect=400,
+                    body={"from": "yesterday", "to": "2026-01-02T00:00:00Z"}
+                    )["error"]["message"].startswith("from:")
+    assert chk.call("DELETE", JID, f"{J}/h1-load") == {"job": "h1-load", "deleted": True}
     # Every documented route and method was exercised (events: see the SSE test).
     documented = {(p, m) for p, ops in chk.doc["paths"].items() for m in ops}
     assert documented - chk.seen == {("/api/v1/events", "get")}

@@ -116,6 +116,10 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("bash", "examples/flask/gunicorn.sh"): "test_example_apps",
     ("toml", 'id = "nightly-backup"'): "test_job_spec_and_config_snippets_are_valid",
     ("toml", 'id = "campaign"'): "test_job_spec_and_config_snippets_are_valid",
+    ("toml", 'id = "load"'): "test_dependency_concurrency_and_backfill_snippets",
+    ("toml", 'id = "warehouse-sync"'): "test_dependency_concurrency_and_backfill_snippets",
+    ("bash", "raftsched job backfill nightly-backup"):
+        "test_dependency_concurrency_and_backfill_snippets",
     ("toml", "[cluster]"): "test_job_spec_and_config_snippets_are_valid",
     ("toml", '--8<-- "cluster.example.toml"'): "test_configuration_page_shows_the_example_config",
     ("", '{"ts_ms":'): "test_tour (keys compared with a real run.started event)",
@@ -390,6 +394,47 @@ def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
     cfg_path.write_text(block("toml", "[cluster]").text + block("toml", "[limits]").text)
     logs = load_config(str(cfg_path)).limits
     assert logs == Limits() and logs.log_bytes_per_node == 1 << 30
+
+
+def test_dependency_concurrency_and_backfill_snippets(cluster_factory, tmp_path, capsys,
+                                                      monkeypatch) -> None:
+    """The Jobs page's dependent job and concurrency key are valid specs that mean what
+    the page says, and its backfill commands run as written against a real node."""
+    import shlex
+
+    from raftsched.faces.cli import main
+
+    load = JobSpec.from_spec(tomllib.loads(block("toml", 'id = "load"').text))
+    assert load.after == ("extract",) and load.on.value == "success"
+    assert "schedule" not in load.to_spec()
+    sync = JobSpec.from_spec(tomllib.loads(block("toml", 'id = "warehouse-sync"').text))
+    assert sync.concurrency is not None and sync.concurrency.to_spec() == {
+        "key": "warehouse", "max": 2, "policy": "queue"}
+    secret = "readme-deps-secret-0123456789abcdef"
+    monkeypatch.setenv("RS_README_SECRET", secret)
+    c = cluster_factory(1, secret=secret)
+    c.start_all()
+    c.wait_leader(30)
+    nightly = dict(tomllib.loads(block("toml", 'id = "nightly-backup"').text),
+                   command=["true"], env={}, tags=[])
+    with c.client() as cl:
+        cl.put_job(nightly)
+    outs = []
+    for line in block("bash", "raftsched job backfill nightly-backup").text.splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "raftsched"
+        if argv[1:3] == ["job", "backfill-cancel"]:
+            wait_until(lambda: "done" in (main(["job", "backfills", "--addr", c.api["n1"],
+                                                "--secret-env", "RS_README_SECRET"]),
+                                          capsys.readouterr().out)[1], 60, "bf-1 done")
+        rc = main([*argv[1:], "--addr", c.api["n1"], "--secret-env", "RS_README_SECRET"])
+        out = capsys.readouterr()
+        assert rc == 0, (line, out.err)
+        outs.append(out.out)
+    # 03:00 in Berlin is 02:00 UTC in November: seven fire times, all run, once each.
+    assert outs[0].startswith("bf-1 nightly-backup: 0/7 fire times running"), outs[0]
+    assert "bf-1" in outs[1]
+    assert "done" in outs[2] and "succeeded=7" in outs[2], outs[2]
 
 
 # ------------------------------------------------------------------ executed

@@ -378,3 +378,62 @@ def summarize_windows(windows: list[tuple[float, float]]) -> dict[str, float]:
         return {"count": 0, "p50_s": 0.0, "max_s": 0.0, "total_s": 0.0}
     return {"count": len(lengths), "p50_s": round(statistics.median(lengths), 3),
             "max_s": round(max(lengths), 3), "total_s": round(sum(lengths), 3)}
+
+
+# ------------------------------------------------------------------ concurrency keys
+
+def max_concurrent(execs: Iterable[Execution]) -> int:
+    """The most executions alive at one instant (each from its start to its last sign
+    of life; one that ends as another starts does not overlap it)."""
+    edges = sorted([(e.start, 1) for e in execs] + [(e.last, -1) for e in execs],
+                   key=lambda x: (x[0], x[1]))
+    most = alive = 0
+    for _, step in edges:
+        alive += step
+        most = max(most, alive)
+    return most
+
+
+def check_concurrency(keys: dict[str, tuple[str, int]],
+                      execs: list[Execution]) -> list[dict[str, Any]]:
+    """``keys``: job id -> (concurrency key, max). Never more than ``max`` executions of
+    the jobs sharing a key alive at once, from the witness's own times
+    (``concurrency_exceeded``, with the instant and the executions alive then)."""
+    findings: list[dict[str, Any]] = []
+    by_key: dict[str, list[Execution]] = defaultdict(list)
+    limit: dict[str, int] = {}
+    for key, most in keys.values():
+        limit[key] = min(most, limit.get(key, most))
+    for e in execs:
+        if e.job_id in keys:
+            by_key[keys[e.job_id][0]].append(e)
+    for key, es in sorted(by_key.items()):
+        es.sort(key=lambda e: e.start)
+        for e in es:
+            alive = [x for x in es if x.start <= e.start < x.last]
+            if len(alive) > limit[key]:
+                findings.append({"kind": "concurrency_exceeded", "key": key,
+                                 "max": limit[key], "at": e.start,
+                                 "executions": [_brief(x) for x in alive]})
+    return findings
+
+
+def attribute_key_freezes(findings: list[dict[str, Any]],
+                          freezes: list[tuple[str, float, float]]) -> list[dict[str, Any]]:
+    """A ``concurrency_exceeded`` that one execution of a frozen node explains becomes
+    ``freeze_window``, as :func:`attribute_freezes` does for two attempts of one run: it
+    began before the freeze (its run was released while its node was frozen, with its
+    process not running), the excess began after the freeze did, and it ran on at most
+    FREEZE_WINDOW_BOUND_S after the thaw (until its guard stopped it). Other findings
+    pass through unchanged."""
+    out = []
+    for f in findings:
+        if f["kind"] != "concurrency_exceeded":
+            out.append(f)
+            continue
+        after = [x["last"] - t for x in f["executions"] for node, s, t in freezes
+                 if x["node"] == node and x["start"] <= s <= f["at"]
+                 and x["last"] - t <= FREEZE_WINDOW_BOUND_S]
+        out.append(dict(f, kind="freeze_window", after_thaw_s=round(max(0.0, min(after)), 3))
+                   if after else f)
+    return out

@@ -145,3 +145,58 @@ def check_read_errors(error_times: list[float], faults: list[tuple[float, float]
 def check_leader_returns(misses: list[float]) -> list[dict[str, Any]]:
     """Each heal after which no leader answered within 30 s (``no_leader_after_heal``)."""
     return [{"kind": "no_leader_after_heal", "healed": round(t, 3)} for t in misses]
+
+
+#: The outcomes each ``on`` of a dependent job accepts (core/specext.py ON_STATES).
+ON_ACCEPTS = {"success": frozenset({"succeeded"}),
+              "failure": frozenset({"failed", "timed_out", "lost"}),
+              "always": frozenset({"succeeded", "failed", "timed_out", "lost"})}
+
+
+def check_children(runs: dict[str, list[dict[str, Any]]],
+                   deps: dict[str, tuple[list[str], str]], hi_ms: int
+                   ) -> list[dict[str, Any]]:
+    """``deps``: dependent job -> (its parents, its ``on``). A child run exactly once per
+    fire time whose every parent's run ended in an accepted outcome (``child_missing``,
+    ``child_doubled``), and none for another (``child_unexpected``). Only fire times all
+    the jobs' kept histories still cover (they are bounded) and due by ``hi_ms``."""
+    out: list[dict[str, Any]] = []
+    for child, (parents, on) in sorted(deps.items()):
+        accepts = ON_ACCEPTS[on]
+        jobs = [*parents, child]
+        if not all(runs.get(j) for j in parents):
+            continue
+        lo = max(min(int(r["scheduled_ms"]) for r in runs[j]) for j in jobs if runs.get(j))
+        final: dict[str, dict[int, str]] = {}
+        for p in parents:
+            # The newest record of a fire time is its final outcome (retried attempts
+            # come first); runs come newest first.
+            ends: dict[int, str] = {}
+            for r in runs[p]:
+                if r.get("until_ms") is None:
+                    ends.setdefault(int(r["scheduled_ms"]), str(r["state"]))
+            final[p] = ends
+        matched = {t for t in final[parents[0]]
+                   if lo <= t <= hi_ms and all(final[p].get(t) in accepts for p in parents)}
+        made: dict[int, int] = defaultdict(int)
+        for r in runs.get(child, ()):
+            t = int(r["scheduled_ms"])
+            if lo <= t <= hi_ms and r.get("until_ms") is None \
+                    and r["run_id"] == f"{child}@{t}" and "retrying" not in _notes(r):
+                made[t] += 1
+        for t in sorted(matched - set(made)):
+            out.append({"kind": "child_missing", "job": child, "fire_ms": t,
+                        "parents": {p: final[p].get(t) for p in parents}})
+        for t in sorted(set(made) - matched):
+            out.append({"kind": "child_unexpected", "job": child, "fire_ms": t,
+                        "parents": {p: final[p].get(t) for p in parents}})
+        for t, n in sorted(made.items()):
+            if n > 1:
+                out.append({"kind": "child_doubled", "job": child, "fire_ms": t, "records": n})
+    return out
+
+
+def _notes(r: dict[str, Any]) -> list[str]:
+    """A record's transition notes (a retried attempt's last one is ``retrying``)."""
+    return [str(t.get("note") if isinstance(t, dict) else t[4]) for t in
+            r.get("transitions") or ()][-1:]

@@ -22,7 +22,15 @@ from tests.nemesis import checker, promises
 from tests.nemesis.faults import KINDS, Nemesis
 from tests.nemesis.net import Net, clean_stale, new_tag
 from tests.nemesis.procs import Nodes
-from tests.nemesis.workload import SIDE_KEYS, Monitor, Reader, Writer, job_specs
+from tests.nemesis.workload import (
+    SIDE_KEYS,
+    Monitor,
+    Reader,
+    Writer,
+    dep_specs,
+    job_specs,
+    keyed_specs,
+)
 from tests.support.harness import json_lines
 
 #: Violation classes the checker can report.
@@ -32,7 +40,9 @@ CLASSES = ("no_outcome", "two_outcomes", "range_count", "double_execution",
            "partial_read", "traceback",
            # Issue 27 item 3 (tests/nemesis/promises.py): the promises kept by doing work.
            "succeeded_without_execution", "unsettled", "guard_kill_at_start", "no_progress",
-           "job_overlap", "read_error_unexplained", "no_leader_after_heal")
+           "job_overlap", "read_error_unexplained", "no_leader_after_heal",
+           # Issue 32 items 1 and 4: dependent jobs and concurrency keys.
+           "child_missing", "child_doubled", "child_unexpected", "concurrency_exceeded")
 
 #: Classes that fail the CI test: every guarantee. Only ``freeze_window`` is measured,
 #: not failed: a node frozen together with its guard and jobs (a paused VM) cannot stop
@@ -138,12 +148,15 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         monitor.start()
         threads.append(monitor)
         _wait(monitor.leader, 60, "a first leader")
-        specs = job_specs(rng, jobs, witness)
+        specs = job_specs(rng, jobs, witness) + keyed_specs(witness)
+        deps = dep_specs(witness, specs[0]["id"])
         put_ms: dict[str, int] = {}
         with cluster() as c:
             for spec in specs:
                 c.put_job(spec)
                 put_ms[spec["id"]] = int(time.time() * 1000)
+            for spec in deps:  # after their parents (a dependent names existing jobs)
+                c.put_job(spec)
         writer = Writer(addrs, secret, seed)
         rds = [Reader(addrs, secret, seed * 100 + i) for i in range(readers)]
         for th in (writer, *rds):
@@ -185,7 +198,7 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
 
         def settled() -> bool:
             with cluster() as c:
-                for spec in specs:
+                for spec in specs + deps:
                     runs[spec["id"]] = c.runs(spec["id"], limit=10_000)["runs"]
             return not any(r["state"] in ACTIVE and r["scheduled_ms"] <= hi_ms
                            for rs in runs.values() for r in rs)
@@ -213,7 +226,7 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
     findings: list[dict[str, Any]] = []
     checked = 0
     period = {s["id"]: int(s["schedule"]["every"][:-1]) * 1000 for s in specs}
-    policy = {s["id"]: s["on_node_lost"] for s in specs}
+    policy = {s["id"]: s["on_node_lost"] for s in specs + deps}
     for spec in specs:
         lo = put_ms[spec["id"]] + 2000
         n, fs = checker.check_fire_times(spec["id"], runs[spec["id"]], period[spec["id"]],
@@ -231,15 +244,22 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
                                           freezes)
     reads = [r for rd in rds for r in rd.reads] + final_reader.reads
     findings += checker.check_reads(writer.ops, reads)
+    # Dependent jobs and concurrency keys (issue 32 items 1, 4).
+    findings += promises.check_children(
+        runs, {d["id"]: (d["after"], d.get("on", "success")) for d in deps}, hi_ms)
+    findings += checker.attribute_key_freezes(checker.check_concurrency(
+        {s["id"]: (s["concurrency"]["key"], s["concurrency"]["max"])
+         for s in specs if "concurrency" in s}, execs), freezes)
     # The promises kept by doing work (promises.py).
     overlap = {s["id"]: s.get("overlap", "skip") for s in specs}
     fault_windows = [(f.start, f.healed) for f in nem.log]
     findings += checker.attribute_freezes(promises.check_job_overlap(overlap, execs), freezes)
+    sched_runs = {s["id"]: runs[s["id"]] for s in specs}  # the dependents have no period
     findings += promises.check_succeeded_executed(runs, execs, hi_ms)
     findings += promises.check_settled(runs, hi_ms)
     findings += promises.check_guard_kills(runs)
     progress, found = promises.check_progress(
-        runs, period, {s["id"]: put_ms[s["id"]] + 2000 for s in specs}, hi_ms, execs,
+        sched_runs, period, {s["id"]: put_ms[s["id"]] + 2000 for s in specs}, hi_ms, execs,
         fault_windows)
     findings += found
     findings += promises.check_leader_returns(leader_misses)

@@ -46,6 +46,32 @@ def job_specs(rng: random.Random, n: int, witness: str) -> list[dict[str, Any]]:
     return specs
 
 
+#: The concurrency key the keyed workload jobs share, and its max.
+CONC_KEY, CONC_MAX = "nemesis-warehouse", 2
+#: The keyed jobs: every 2 s (aligned: they fire at one instant), short runs, so that
+#: three of them compete for two places without a queue that outgrows the run.
+KEYED = tuple(f"k{i}" for i in range(3))
+
+
+def keyed_specs(witness: str) -> list[dict[str, Any]]:
+    """Jobs sharing :data:`CONC_KEY` (issue 32 item 4): at most CONC_MAX execute at once."""
+    return [{"id": job, "schedule": {"every": "2s"},
+             "command": witness_command(witness, 0.3 + 0.2 * i), "timeout": "20s",
+             "on_node_lost": ("retry", "fail")[i % 2], "overlap": "skip",
+             "concurrency": {"key": CONC_KEY, "max": CONC_MAX}}
+            for i, job in enumerate(KEYED)]
+
+
+def dep_specs(witness: str, first_job: str) -> list[dict[str, Any]]:
+    """Dependent jobs (issue 32 item 1): one after ``first_job``'s successes, one after
+    two keyed jobs' runs of the same fire time whatever their outcome (fan-in)."""
+    return [{"id": "d0", "after": [first_job], "command": witness_command(witness, 0.2),
+             "timeout": "20s", "on_node_lost": "fail", "overlap": "allow"},
+            {"id": "d1", "after": [KEYED[0], KEYED[1]], "on": "always",
+             "command": witness_command(witness, 0.2), "timeout": "20s",
+             "on_node_lost": "retry", "overlap": "allow"}]
+
+
 def side_spec(key: str, seq: int) -> dict[str, Any]:
     """A side job whose spec says ``seq`` in two fields (a read mixing versions shows)."""
     return {"id": key, "schedule": {"every": f"{3600 + seq}s"}, "paused": True,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from raftsched.core import leader
 from raftsched.core.cmdbase import BOUNDS_VERSION
 from raftsched.core.codec import (
-    SNAPSHOT_VERSION,
+    BOUNDED_SNAPSHOT_VERSION,
     UNBOUNDED_SNAPSHOT_VERSION,
     decode_command,
     decode_state,
@@ -392,7 +392,7 @@ def test_bounds_survive_a_snapshot_written_as_version_2() -> None:
     assert put(state, T0, start=ts(T0 + 95 * S), end=ts(T0 + 300 * S))["ok"]
     assert put(state, T0, id="plain")["ok"]
     blob = encode_state(state)
-    assert state_version(blob) == SNAPSHOT_VERSION == 2
+    assert state_version(blob) == BOUNDED_SNAPSHOT_VERSION == 2
     back = decode_state(blob)
     assert back.jobs["b"].spec == state.jobs["b"].spec
     assert back.jobs["b"].spec.schedule.end_ms == T0 + 300 * S

@@ -83,7 +83,7 @@ def test_specs_of_each_kind() -> None:
                                       {"at": "2026-12-01T00:00:00.250Z"})
     assert schedule_from_spec({"at": "2026-12-01T00:00:00+00:00"}).to_spec() == {
         "at": "2026-12-01T00:00:00Z"}
-    assert [k.value for k in ScheduleKind] == ["cron", "every", "at"]
+    assert [k.value for k in ScheduleKind] == ["cron", "every", "at", "after"]
     macros = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
               "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
               "@hourly": "0 * * * *", "@DAILY": "0 0 * * *"}

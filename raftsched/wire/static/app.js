@@ -221,6 +221,38 @@ function renderStatus(st) {
     el("td", {}, n.last_seen_ms == null ? "-" : rel(n.last_seen_ms, st.now_ms)),
     el("td", {}, http[n.node_id] ? el("a", { href: `${st.http_scheme || "http"}://${http[n.node_id]}/` }, http[n.node_id]) : "-")));
   $("members").tBodies[0].replaceChildren(...rows);
+  renderBackfills(st.backfills || []);
+  renderConcurrency(st.concurrency || []);
+}
+
+// Backfills (running and the last finished), each cancellable while it runs.
+function renderBackfills(items) {
+  $("backfills-box").hidden = items.length === 0;
+  const cancel = (bf) => async () => {
+    try {
+      await api("POST", `backfills/${encodeURIComponent(bf.id)}/cancel`, {});
+      toast(`${bf.id}: cancelled`);
+    } catch (e) { toast(`${bf.id}: ${e.message}`, true); }
+    refreshOverview();
+  };
+  $("backfills").tBodies[0].replaceChildren(...items.map((bf) => el("tr", { "data-backfill": bf.id, class: bf.state },
+    el("td", {}, bf.id),
+    el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(bf.job)}` }, bf.job)),
+    el("td", { class: "bf-state" }, bf.state + (bf.reason ? ` (${bf.reason})` : "")),
+    el("td", { class: "bf-done" }, `${bf.done}/${bf.fire_times}`),
+    el("td", {}, `${iso(bf.from_ms)} \u2013 ${iso(bf.to_ms)}`),
+    el("td", {}, (bf.active || []).join(", ") || "-"),
+    el("td", {}, Object.entries(bf.counts || {}).map(([k, v]) => `${k}=${v}`).join(" ") || "-"),
+    el("td", { class: "admin-only" }, bf.state === "running"
+      ? el("button", { type: "button", class: "cancel", onclick: cancel(bf) }, "cancel") : ""))));
+}
+
+// Each concurrency key: its runs on nodes against its max, and the runs queued for it.
+function renderConcurrency(keys) {
+  $("concurrency-box").hidden = keys.length === 0;
+  $("concurrency").tBodies[0].replaceChildren(...keys.map((k) => el("tr", { "data-key": k.key, class: k.running >= k.max ? "full" : "" },
+    el("td", {}, k.key), el("td", { class: "running" }, k.running), el("td", {}, k.max),
+    el("td", { class: "queued" }, k.queued), el("td", {}, (k.jobs || []).join(", ")))));
 }
 
 async function nextFor(job) {
@@ -248,6 +280,9 @@ function actionButtons(job, onDone) {
 
 async function renderJobs(list, now) {
   const jobs = list.jobs || [];
+  // The dependency graph as this page shows it: each job's dependents ("then ...").
+  const then = new Map();
+  for (const j of jobs) for (const parent of j.spec.after || []) then.set(parent, [...(then.get(parent) || []), j.id]);
   const previews = await Promise.all(jobs.slice(0, 100).map((j) => nextFor(j).catch(() => null)));
   const rows = jobs.map((j, i) => {
     const p = previews[i];
@@ -263,12 +298,14 @@ async function renderJobs(list, now) {
     return el("tr", { "data-job": j.id, class: j.done ? "done" : j.paused ? "paused" : "" },
       el("td", {}, el("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id),
         j.spec.http ? el("span", { class: "kind", title: `${j.spec.http.method} ${j.spec.http.url}` }, "http") : null),
-      el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule) },
-        ...withTimes(p ? p.description : JSON.stringify(j.spec.schedule))),
+      el("td", { class: "schedule", title: JSON.stringify(j.spec.schedule || { after: j.spec.after }) },
+        ...withTimes(p ? p.description : j.spec.after ? `after ${j.spec.after.join(", ")}` : JSON.stringify(j.spec.schedule)),
+        j.spec.concurrency ? el("span", { class: "badge key", title: "concurrency key and max" }, `${j.spec.concurrency.key} \u2264${j.spec.concurrency.max}`) : null,
+        then.has(j.id) ? el("div", { class: "then" }, `then ${then.get(j.id).join(", ")}`) : null),
       el("td", { title: `times in ${tz}` },
         // done: nothing will fire again (a one-shot that ran, a job past its end).
         el("div", { class: "next", title: j.done || j.paused ? null : iso(j.next_ms) },
-          ...(j.done ? ["done"] : j.paused ? ["paused"]
+          ...(j.done ? ["done"] : j.paused ? ["paused"] : j.spec.after ? [`after ${j.spec.after.join(", ")}`]
             : withTimes(`${local(j.next_ms)} (${rel(j.next_ms, now)})`))),
         ...later.map((f) => el("div", { class: `later${f.dst_change ? " dst" : ""}`, title: f.utc },
           ...withTimes(`then ${local(f.at_ms)}${f.dst_change ? ` (DST day ${f.dst_change})` : ""}`)))),
