@@ -305,7 +305,7 @@ class LoopbackCluster:
         return t
 
     def guard_pid(self, nid: str) -> int | None:
-        """The pid of ``nid``'s guard process (its child that runs guard.py), if any."""
+        """The pid of ``nid``'s guard process (its child that runs guardproc.py), if any."""
         node = self.pid(nid)
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -316,7 +316,7 @@ class LoopbackCluster:
                 if ppid != node:
                     continue
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if b"raftsched/node/guard.py" in f.read():
+                    if b"raftsched/node/guardproc.py" in f.read():
                         return int(name)
             except (OSError, ValueError, IndexError):
                 continue
