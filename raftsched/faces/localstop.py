@@ -47,8 +47,12 @@ def drain_all(client: Client, data_dir: str, say: Say) -> bool:
     """Drain every node not draining yet (recording which in the marker); False when the
     cluster could not be asked (no quorum): then there is nothing to wait for."""
     try:
-        nodes = client.status()["nodes"]
-        todo = [n["node_id"] for n in nodes if not n.get("draining") and not n.get("removed")]
+        st = client.status()
+        # The leader last: a drained leader hands its leadership to a node not draining,
+        # so drained first it would go round the cluster, one election per node.
+        todo = sorted((n["node_id"] for n in st["nodes"]
+                       if not n.get("draining") and not n.get("removed")),
+                      key=lambda node_id: (node_id == st.get("leader"), node_id))
         ours = sorted(set(todo) | set(read_marker(data_dir)))
         # Written first: a drain that commits but whose reply is lost is still undone.
         _write_marker(data_dir, ours)
