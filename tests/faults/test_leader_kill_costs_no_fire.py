@@ -28,7 +28,10 @@ def _all_alive(c) -> bool:
 
 
 def test_a_leader_sigkill_skips_loses_and_retries_no_fire(cluster_factory, tmp_path):
-    c = cluster_factory(3, workers=8)
+    # Slots enough that the followers always have a free one: on a loaded host a witness
+    # process can outlast two seconds, and eight slots each filled up (the leader then
+    # placed two runs on itself, lost when it was killed, as it should be).
+    c = cluster_factory(3, workers=32)
     c.start_all()
     c.wait_leader(30)
     ran = str(tmp_path / "ran.jsonl")
