@@ -7,7 +7,8 @@ counted them one by one under the Raft lock: 300 jobs stalled the cluster ~35 s 
 term changes. Asserted: ``status`` answers in every second once a leader is known (it
 is served from the node's event loop and takes the Raft lock), every job gets its
 catch-up run and one exact missed range, and its records cover every fire time; at
-most one second unanswered (a loaded machine's margin) and no term change.
+most one second unanswered (a loaded machine's margin) and no term change once the
+start's own election settled.
 
 ``RAFTSCHED_OUTAGE_JOBS=300 pytest tests/faults/test_long_outage.py -s`` runs the
 issue's original scenario and prints its figures.
@@ -32,6 +33,9 @@ WEEK_MS = 7 * 86_400_000
 JOBS = int(os.environ.get("RAFTSCHED_OUTAGE_JOBS", "100"))
 #: How long recovery may take; raise it to measure a slow build by hand.
 RECOVERY_S = float(os.environ.get("RAFTSCHED_OUTAGE_WAIT_S", "60"))
+#: The start's vote race settles within this of the first leader; after it, a change of
+#: leader is a stall of the recovery.
+SETTLE_S = 1.0
 SCHEDULE = {"cron": "* * * * *", "tz": "Europe/Berlin"}
 
 
@@ -110,4 +114,8 @@ def test_week_long_outage_recovers_answering_throughout(cluster_factory, tmp_pat
     # Measured 0 and 0 (also beside a nemesis run); one unanswered second is the
     # margin for a loaded 2-core machine, a recovery that costs an election is a bug.
     assert figures["unanswered_seconds"] <= 1, figures
-    assert figures["term_changes"] == 0, figures
+    # The elections that may happen are the start's own vote race, while the three
+    # processes come up one after another (measured: the leader that stayed reported
+    # 0.09-0.21 s after the first, terms [2, 4, 5]); once it settled, no term change.
+    assert figures["term_changes"] == 0 or \
+        figures["stable_leader_s"] - figures["first_leader_s"] < SETTLE_S, figures
