@@ -323,7 +323,8 @@ def run_w3_follower(ctx: Ctx, res: Result) -> None:
         mid = _killed_mid_run(ctx, 3 if ctx.quick else 6, how)
         res.raw[f"killed_mid_run_{how}"] = mid
         rows.append([
-            "SIGKILL" if how == "sigkill" else "OOM kill (cgroup memory limit)",
+            "SIGKILL" if how == "sigkill"
+            else "OOM kill (cgroup memory limit; from the limit set, the death follows)",
             fmt(mid["kills"]), fmt(len(mid["delays"])), fmt(stats.median(mid["delays"])),
             fmt(max(mid["delays"]) if mid["delays"] else None),
             "; ".join(f"{r} ×{n}" for r, n in sorted(mid["reasons"].items()))])
@@ -347,8 +348,11 @@ def _oom_unavailable() -> str | None:
 def _oom_kill(c: BenchCluster, nid: str) -> int:
     """Put ``nid``'s node process (not its guard) in a memory cgroup whose limit sits
     just above what it uses: its next allocations make the kernel's OOM killer SIGKILL
-    it. Returns when it died (epoch ms, polled)."""
+    it. Returns when the limit was set (epoch ms): the death follows at the node's next
+    allocation, and only the kernel knows when exactly (the poll that notices it comes
+    later than the certificate its guard sends, so it cannot be the reference)."""
     pid = c.pid(nid)
+    limited = now_ms()
     group = f"{_MEMCG}/raftsched-bench-oom-{pid}"
     os.makedirs(group, exist_ok=True)
     with open(f"{group}/cgroup.procs", "w") as f:
@@ -365,14 +369,13 @@ def _oom_kill(c: BenchCluster, nid: str) -> int:
         except Exception:  # noqa: BLE001 - it may be dying
             time.sleep(0.01)
     c.procs[nid].wait(10)
-    died = now_ms()
     for _ in range(50):
         try:
             os.rmdir(group)
             break
         except OSError:
             time.sleep(0.1)
-    return died
+    return limited
 
 
 def _killed_mid_run(ctx: Ctx, kills: int, how: str = "sigkill") -> dict[str, Any]:
