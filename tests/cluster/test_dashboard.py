@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import UI_S, headless_chrome, skip_without_browser, texts
 from tests.support.harness import Cluster, wait_until
 from tests.support.httputil import http_cluster, request, tokens, wait_serving
 
@@ -31,21 +31,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 SECRET = "dashboard-test-secret-0123456789"
 TOK = tokens(SECRET)
-CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-                 if os.path.exists(p)), None)
-CHROMEDRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-#: How long the page may take to show something (a loaded 2-core machine: generous).
-UI_S = 30
+skip_without_browser(module_level=True)
 
-if CHROMIUM is None or CHROMEDRIVER is None:
-    pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
-                "(`apt-get install -y chromium chromium-driver`; .ci/run does when root)",
-                allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402 - after the skip: only with a browser
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402 - after the skip: only with a browser
 
 JOBS = [
     {"id": "tick", "schedule": {"every": "1s"},
@@ -69,17 +57,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(UI_S)
-    try:
+    with headless_chrome() as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +75,6 @@ def shots() -> Iterator[str]:
 # The page re-renders its tables as the cluster changes: an element found by one
 # WebDriver call may be gone by the next (StaleElementReferenceException, seen on a
 # loaded host). So reads are one script each, and a click is retried until it lands.
-
-def texts(driver: Any, css: str) -> list[str]:
-    return driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
-        css)
 
 
 def attrs(driver: Any, css: str, *names: str) -> list[tuple[str | None, ...]]:

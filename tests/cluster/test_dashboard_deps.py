@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.browser import UI_S, headless_chrome, skip_without_browser, texts
 from tests.support.harness import Cluster, wait_until
 from tests.support.httputil import http_cluster, request, tokens
 
@@ -19,19 +20,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 SECRET = "dashboard-deps-secret-0123456789"
 TOK = tokens(SECRET)
-CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-                 if os.path.exists(p)), None)
-CHROMEDRIVER = "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None
-UI_S = 30
+skip_without_browser(module_level=True)
 
-if CHROMIUM is None or CHROMEDRIVER is None:
-    pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
-                "(`apt-get install -y chromium chromium-driver`; .ci/run does when root)",
-                allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402 - after the skip: only with a browser
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402 - after the skip: only with a browser
 
 JOBS = [
     {"id": "extract", "schedule": {"every": "2s"}, "command": ["true"]},
@@ -53,23 +44,9 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1200", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(UI_S)
-    try:
+    with headless_chrome(height=1200) as driver:
         yield driver
-    finally:
-        driver.quit()
 
-
-def texts(driver: Any, css: str) -> list[str]:
-    return driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
-        css)
 
 
 def first(driver: Any, css: str) -> str:

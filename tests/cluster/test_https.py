@@ -14,7 +14,6 @@ import base64
 import hashlib
 import http.client
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -32,6 +31,7 @@ from cryptography.x509.oid import NameOID
 
 from raftsched.core.durations import format_timestamp
 from raftsched.wire.certs import create_ca, create_node
+from tests.support.browser import UI_S, headless_chrome, texts
 from tests.support.harness import ROOT, Cluster, wait_until
 from tests.support.httputil import EventStream, http_cluster, request, tokens
 
@@ -153,13 +153,6 @@ def test_http_token_url_names_https(cluster: Cluster, certs: str) -> None:
 
 # ------------------------------------------------------------------ the dashboard
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-                 if os.path.exists(p)), None)
-CHROMEDRIVER = shutil.which("chromedriver") or (
-    "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None)
-UI_S = 30
-
-
 def _spki_pin(cert_path: str) -> str:
     """Chromium's pin of a certificate's key: base64 of the SHA-256 of its SPKI."""
     with open(cert_path, "rb") as f:
@@ -171,33 +164,12 @@ def _spki_pin(cert_path: str) -> str:
 
 @pytest.fixture(scope="module")
 def browser(certs: str) -> Iterator[Any]:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("no headless browser: install Debian's chromium and chromium-driver "
-                    "(`apt-get install -y chromium chromium-driver`; .ci/run does when root)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
     pins = ",".join(_spki_pin(os.path.join(certs, f"{nid}.crt")) for nid in IDS)
     # Not --ignore-certificate-errors: only the nodes' own keys are accepted (a page
     # served with any other certificate is still a privacy error).
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1000", "--no-first-run", "--disable-extensions",
-                f"--ignore-certificate-errors-spki-list={pins}"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(UI_S)
-    try:
+    with headless_chrome(extra_args=[f"--ignore-certificate-errors-spki-list={pins}"]) \
+            as driver:
         yield driver
-    finally:
-        driver.quit()
-
-
-def _texts(driver: Any, css: str) -> list[str]:
-    return driver.execute_script(  # type: ignore[no-any-return]
-        "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
-        css)
 
 
 def test_the_dashboard_over_https_shows_a_bounded_job_and_done(
@@ -216,20 +188,20 @@ def test_the_dashboard_over_https_shows_a_bounded_job_and_done(
     base = f"https://{addr}/"
     browser.get(base + f"#token={TOK['admin']}")
     assert browser.execute_script("return location.protocol") == "https:"
-    wait_until(lambda: _texts(browser, "#health") == ["ok"], UI_S, "the overview's health ok")
-    wait_until(lambda: _texts(browser, '#jobs tr[data-job="ui-ended"] .next') == ["done"],
+    wait_until(lambda: texts(browser, "#health") == ["ok"], UI_S, "the overview's health ok")
+    wait_until(lambda: texts(browser, '#jobs tr[data-job="ui-ended"] .next') == ["done"],
                UI_S, "the ended job shown done")
-    [words] = _texts(browser, '#jobs tr[data-job="ui-ended"] .schedule')
+    [words] = texts(browser, '#jobs tr[data-job="ui-ended"] .schedule')
     assert words.endswith(f"until {format_timestamp(end)}"), words
-    [ahead_words] = _texts(browser, '#jobs tr[data-job="ui-ahead"] .schedule')
+    [ahead_words] = texts(browser, '#jobs tr[data-job="ui-ahead"] .schedule')
     assert f"from {ahead['start']}, until {ahead['end']}" in ahead_words, ahead_words
-    assert _texts(browser, '#jobs tr[data-job="ui-ahead"] .next') != ["done"]
+    assert texts(browser, '#jobs tr[data-job="ui-ahead"] .next') != ["done"]
     # The live feed is an event stream over TLS too.
-    wait_until(lambda: _texts(browser, "#feed-state") == ["live"], UI_S, "the feed live")
+    wait_until(lambda: texts(browser, "#feed-state") == ["live"], UI_S, "the feed live")
     links = browser.execute_script(
         "return [...document.querySelectorAll('#members a')].map(a => a.href)")
     assert links and all(link.startswith("https://") for link in links), links
     browser.get(base + "#/jobs/ui-ended")
-    wait_until(lambda: "done" in " ".join(_texts(browser, "#job-desc")), UI_S,
+    wait_until(lambda: "done" in " ".join(texts(browser, "#job-desc")), UI_S,
                "the job page saying done")
     assert browser.find_element("id", "job-title").get_attribute("data-done") == "yes"
