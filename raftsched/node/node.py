@@ -27,6 +27,7 @@ from raftsched.core.effects import (
     HeartbeatSeen,
     JobPut,
     JobResumed,
+    LeaderChanged,
     MemberRemoved,
     MembersChanged,
     NodeBack,
@@ -351,6 +352,11 @@ class Node:
                                 "node.removed")
             if self.metrics is not None:
                 self.metrics.effect(eff)
+            if isinstance(eff, LeaderChanged) and eff.term < self.raft.term():
+                # A leadership of a past term: history this node replays from its
+                # journal as it starts (every leader since the last snapshot, all in the
+                # same millisecond), not news for the log or the feed.
+                continue
             eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
             if self.feed:
                 self.feed.effect(eff)
