@@ -228,6 +228,24 @@ PREVOTE_REPLY = "rs_prevote_reply"
 PREVOTE_STUCK_ROUNDS = 3
 
 
+def _node_local(name: str) -> bool:
+    """An attribute of this process's replica (``_rs_*``, ``rs_*``): open files, clocks
+    of this process, counters. pysyncobj's snapshot holds every attribute of the
+    SyncObj it did not have at the end of its ``__init__``; ours must stay out of it."""
+    return name.startswith(("_rs_", "rs_"))
+
+
+class _NotInSnapshot(set[str]):
+    """pysyncobj's set of attributes it leaves out of a snapshot
+    (``SyncObj.__properies``), which also holds every node-local attribute, whenever
+    it was set: a snapshot that pickled the durable journal's open file failed in its
+    forked writer at every tick (no snapshot was ever written with ``durability =
+    "sync"``: the log grew without bound, and so did a restart's replay)."""
+
+    def __contains__(self, name: object) -> bool:
+        return (isinstance(name, str) and _node_local(name)) or set.__contains__(self, name)
+
+
 class RaftSyncObj(SyncObj):
     """SyncObj with Raft's rule for a follower's log on append_entries (§5.3), and a
     follower that backs a leader up past its conflicting entries in one step.
@@ -390,6 +408,22 @@ class RaftSyncObj(SyncObj):
         # Only now: a journal that cannot be made durable raises here at every tick, and
         # the node never ticks (unavailable, loudly) rather than acknowledging unsynced.
         self._rs_adopted = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kept: set[str] = self.__dict__["_SyncObj__properies"]
+        self.__dict__["_SyncObj__properies"] = _NotInSnapshot(kept)
+
+    def _SyncObj__loadDumpFile(self, clearJournal: bool) -> None:  # noqa: N802,N803
+        """Load a snapshot (ours at boot, or a leader's sent to us) without taking its
+        node-local attributes: a snapshot written before they were left out carries
+        another process's (or node's) clocks, counters and flags (``_rs_adopted`` would
+        skip making the journal durable)."""
+        mine = {k: v for k, v in self.__dict__.items() if _node_local(k)}
+        SyncObj._SyncObj__loadDumpFile(self, clearJournal)
+        for k in [k for k in self.__dict__ if _node_local(k) and k not in mine]:
+            del self.__dict__[k]
+        self.__dict__.update(mine)
 
     def _SyncObj__applyLogEntries(self) -> Any:
         """A leader commits only what its own synced copy covers, and only up to an
