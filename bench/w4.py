@@ -29,6 +29,7 @@ from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, bulk_batch, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
+from raftsched.node.raft import LOG_COMPACTION_ENTRIES
 
 FAR = {"at": "2099-01-01T00:00:00Z"}
 TICK_JOBS = 10
@@ -236,10 +237,11 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         "/metrics; *leader plan ms/s* is the time the leader spent building plans (the tick "
         "that finds due jobs and places them: `raftsched_leader_plan_seconds` delta ÷ "
         "window) and *plans committed* the plan commands it committed in the window.",
-        "Snapshot: pysyncobj compacts when the log exceeds 50,000 entries "
-        "(`logCompactionMinEntries`) or after 600 s; a bulk put of N jobs is only N/batch "
-        "entries, so the time until the dump appears is the time our writes take to reach "
-        "50,000 entries, not a property of N. *dump duration* = first sight of "
+        f"Snapshot: pysyncobj compacts when the log exceeds {LOG_COMPACTION_ENTRIES:,} "
+        "entries (`logCompactionMinEntries`) or after 600 s; a bulk put of N jobs is only "
+        "N/batch entries, so the time until the dump appears is the time our writes take "
+        f"to reach {LOG_COMPACTION_ENTRIES:,} entries, not a property of N. "
+        "*dump duration* = first sight of "
         "`raft.dump.tmp` → `raft.dump` replaced (polled every 20 ms).",
     ]
     if curve:
