@@ -10,7 +10,7 @@ findings (dicts with a ``kind``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,14 +73,37 @@ def quiet(t: float, faults: Iterable[tuple[float, float]]) -> bool:
     return all(not (s - BEFORE_S <= t <= (h or float("inf")) + AFTER_S) for s, h in faults)
 
 
+#: After a measured outage ends (a leader with a quorum answers again) its first plans
+#: record what the outage missed and start what is due: this long is the recovery's.
+OUTAGE_AFTER_S = 2.0
+
+
+def served(t: float, outages: Iterable[tuple[float, float]]) -> bool:
+    """Is wall time ``t`` away from every measured outage ``(start, length)``: a leader
+    with a quorum answered from BEFORE_S before it to OUTAGE_AFTER_S after?"""
+    return all(not (s - BEFORE_S <= t <= s + w + OUTAGE_AFTER_S) for s, w in outages)
+
+
 def check_progress(runs: dict[str, list[dict[str, Any]]], periods: dict[str, int],
                    lo_ms: dict[str, int], hi_ms: int, execs: list[Execution],
-                   faults: list[tuple[float, float]]) -> tuple[dict[str, Any],
-                                                               list[dict[str, Any]]]:
+                   faults: list[tuple[float, float]],
+                   outages: Iterable[tuple[float, float]] = ()
+                   ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The work got done: executions were witnessed, and of the fire times away from
-    every fault some succeeded and at least MIN_SUCCESS succeeded or ended by their
-    overlap policy (``no_progress`` otherwise). Returns the figures and the findings."""
+    every fault and every measured outage some succeeded and at least MIN_SUCCESS
+    succeeded or ended by their overlap policy (``no_progress`` otherwise).
+
+    A restart of a majority is healed when its processes start, but the cluster answers
+    only once they have loaded and elected (``outages``, measured by the status
+    monitor, and bounded apart by :func:`check_leader_returns` and the unavailability
+    figures): a fire time in that recovery is judged by the outage figures, not here.
+    The figures also give the share counted from the heals alone (``quiet_*``) and how
+    the fire times judged here that did not succeed ended. Returns the figures and the
+    findings."""
+    outages = list(outages)
     quiet_n = ok = succeeded = 0
+    judged_n = judged_ok = judged_succeeded = 0
+    failed: Counter[str] = Counter()
     for job, rs in runs.items():
         state: dict[str, set[tuple[str, str]]] = defaultdict(set)
         for r in rs:
@@ -90,18 +113,28 @@ def check_progress(runs: dict[str, list[dict[str, Any]]], periods: dict[str, int
         for t in range(first, hi_ms + 1, periods[job]):
             if not quiet(t / 1000, faults):
                 continue
+            up = served(t / 1000, outages)
             quiet_n += 1
+            judged_n += up
             ends = {e for r in outcomes.get(t, ()) for e in state[r]}
             if any(s == "succeeded" for s, _ in ends):
                 succeeded += 1
                 ok += 1
+                judged_succeeded += up
+                judged_ok += up
             elif ends & POLICY_OUTCOMES:
                 ok += 1
-    share = ok / quiet_n if quiet_n else 0.0
-    figures = {"quiet_fire_times": quiet_n, "quiet_succeeded": succeeded,
-               "quiet_success": round(share, 4), "executions": len(execs)}
+                judged_ok += up
+            elif up:
+                failed.update(f"{s} ({r})" if r else s for s, r in ends or {("none", "")})
+    share = judged_ok / judged_n if judged_n else 0.0
+    figures = {"fire_times": judged_n, "succeeded": judged_succeeded,
+               "success": round(share, 4), "executions": len(execs),
+               "not_succeeded": dict(failed.most_common()),
+               "quiet_fire_times": quiet_n, "quiet_succeeded": succeeded,
+               "quiet_success": round(ok / quiet_n, 4) if quiet_n else 0.0}
     findings = []
-    if not execs or quiet_n == 0 or succeeded == 0 or share < MIN_SUCCESS:
+    if not execs or judged_n == 0 or judged_succeeded == 0 or share < MIN_SUCCESS:
         findings.append({"kind": "no_progress", **figures})
     return figures, findings
 

@@ -258,16 +258,16 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
     findings += promises.check_succeeded_executed(runs, execs, hi_ms)
     findings += promises.check_settled(runs, hi_ms)
     findings += promises.check_guard_kills(runs)
+    ups = sorted(t for t, _ in monitor.up)
+    windows = checker.unavailability(ups, t_faults, t_end)
     progress, found = promises.check_progress(
         sched_runs, period, {s["id"]: put_ms[s["id"]] + 2000 for s in specs}, hi_ms, execs,
-        fault_windows)
+        fault_windows, windows)
     findings += found
     findings += promises.check_leader_returns(leader_misses)
     for nid in ns.ids:
         with open(ns.log_path(nid), encoding="utf-8", errors="replace") as f:
             findings += checker.check_logs(nid, f)
-    ups = sorted(t for t, _ in monitor.up)
-    windows = checker.unavailability(ups, t_faults, t_end)
     findings += promises.check_read_errors([t for rd in rds for t in rd.error_times],
                                            fault_windows, windows)
     for fnd in findings:
@@ -383,7 +383,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"- started runs of lost nodes, by how they were released: "
         f"{r.get('releases_of_lost_nodes')}",
         f"- progress away from faults (>= {promises.BEFORE_S:g} s before a fault, "
-        f">= {promises.AFTER_S:g} s after its heal): {r.get('progress')}",
+        f">= {promises.AFTER_S:g} s after its heal) and from the measured outages "
+        f"(>= {promises.OUTAGE_AFTER_S:g} s after a leader answers again; `quiet_*`: "
+        f"from the heals alone): {r.get('progress')}",
         "",
         "| violation class | count | fails the CI test |",
         "|---|---|---|",

@@ -71,6 +71,37 @@ def test_progress_is_judged_away_from_faults_only() -> None:
     assert [f["kind"] for f in found] == ["no_progress"]
 
 
+def test_a_recovery_measured_as_an_outage_is_judged_by_the_outage_not_as_idleness() -> None:
+    """A restart healed at 10 s whose cluster answered only at 30 s: the fire times up
+    to OUTAGE_AFTER_S after the outage are not judged here (the strict share from the
+    heal alone is still reported), and what did not succeed is listed by outcome."""
+    rs = [rec("j", T0 + i * S) if not 10 <= i <= 31 else
+          rec("j", T0 + i * S, "missed", reason="no_leader") for i in range(100)]
+    execs = [ex(f"j@{T0 + i * S}", T0 / 1000 + i, T0 / 1000 + i + 0.1) for i in range(100)
+             if not 10 <= i <= 31]
+    fault = [(T0 / 1000 + 2, T0 / 1000 + 10 - promises.AFTER_S)]  # healed 5 s before 10
+    outage = [(T0 / 1000 + 10, 20.0)]
+    figures, found = promises.check_progress({"j": rs}, {"j": S}, {"j": T0}, T0 + 99 * S,
+                                             execs, fault, outage)
+    assert found == [] and figures["success"] == 1.0
+    assert figures["quiet_success"] < promises.MIN_SUCCESS  # judged from the heal: fails
+    # One more fire time missed after the recovery margin is judged, and named.
+    late = 30 + int(promises.OUTAGE_AFTER_S) + 1
+    rs2 = [r if r["scheduled_ms"] != T0 + late * S else
+           rec("j", T0 + late * S, "missed", reason="coalesced") for r in rs]
+    figures, _ = promises.check_progress({"j": rs2}, {"j": S}, {"j": T0}, T0 + 99 * S,
+                                         execs, fault, outage)
+    assert figures["not_succeeded"] == {"missed (coalesced)": 1}
+
+
+def test_a_cluster_that_never_answers_makes_no_progress() -> None:
+    """An outage over the whole history leaves nothing to judge: that is no progress."""
+    rs = [rec("j", T0 + i * S, "missed", reason="no_leader") for i in range(100)]
+    _, found = promises.check_progress({"j": rs}, {"j": S}, {"j": T0}, T0 + 99 * S, [], [],
+                                       [(T0 / 1000 - 5, 200.0)])
+    assert [f["kind"] for f in found] == ["no_progress"]
+
+
 def test_fire_times_skipped_by_the_overlap_policy_count_as_work_not_idleness() -> None:
     """A job running 3 s every second under overlap = skip succeeds one fire in three."""
     rs = [rec("j", T0 + i * S) if i % 3 == 0 else
