@@ -418,21 +418,31 @@ def check_concurrency(keys: dict[str, tuple[str, int]],
     return findings
 
 
+def _began_before(x: dict[str, Any], s: float) -> bool:
+    """Did execution ``x`` begin before a freeze that started at ``s``? Its start line
+    says so, or its fork time does: the nemesis notes a freeze's start just before the
+    cgroup stops the node, so a process forked before it may write its start line in
+    those few milliseconds. A fork time is read in clock ticks (rounded down), hence the
+    margin: only a fork surely before ``s`` counts (nothing forks in a frozen node)."""
+    forked = x.get("forked")
+    return x["start"] <= s or (forked is not None and forked <= s - FORK_TICK_S)
+
+
 def attribute_key_freezes(findings: list[dict[str, Any]],
                           freezes: list[tuple[str, float, float]]) -> list[dict[str, Any]]:
     """A ``concurrency_exceeded`` that one execution of a frozen node explains becomes
     ``freeze_window``, as :func:`attribute_freezes` does for two attempts of one run: it
-    began before the freeze (its run was released while its node was frozen, with its
-    process not running), the excess began after the freeze did, and it ran on at most
-    FREEZE_WINDOW_BOUND_S after the thaw (until its guard stopped it). Other findings
-    pass through unchanged."""
+    began before the freeze (:func:`_began_before`; its run was released while its node
+    was frozen, with its process not running), the excess began after the freeze did,
+    and it ran on at most FREEZE_WINDOW_BOUND_S after the thaw (until its guard stopped
+    it). Other findings pass through unchanged."""
     out = []
     for f in findings:
         if f["kind"] != "concurrency_exceeded":
             out.append(f)
             continue
         after = [x["last"] - t for x in f["executions"] for node, s, t in freezes
-                 if x["node"] == node and x["start"] <= s <= f["at"]
+                 if x["node"] == node and _began_before(x, s) and s <= f["at"]
                  and x["last"] - t <= FREEZE_WINDOW_BOUND_S]
         out.append(dict(f, kind="freeze_window", after_thaw_s=round(max(0.0, min(after)), 3))
                    if after else f)

@@ -116,3 +116,23 @@ def test_an_excess_a_frozen_node_explains_is_a_freeze_window() -> None:
         ["concurrency_exceeded"]
     assert kinds(checker.attribute_key_freezes(found, [("n3", 1.0, 4.6)])) == \
         ["concurrency_exceeded"]
+
+
+def test_an_execution_forked_before_a_freeze_began_before_it_whatever_its_start_line() -> None:
+    """Seen in a 500-fault run: x forked 70 ms before the nemesis noted the freeze of its
+    node and wrote its start line at that very millisecond (before the cgroup stopped
+    it); thawed 6 s later, it ran 7 ms beside the two runs that had taken the places."""
+    execs = [ex("x", 1.0, 7.007, node="n3"), ex("y", 6.5, 6.9), ex("z", 6.8, 7.5)]
+    found = checker.check_concurrency(KEYS, execs)
+    assert kinds(found) == ["concurrency_exceeded"]
+    forked = [dict(f, executions=[dict(e, forked=0.93 if e["node"] == "n3" else None)
+                                  for e in f["executions"]]) for f in found]
+    assert kinds(checker.attribute_key_freezes(forked, [("n3", 0.999, 7.0)])) == \
+        ["freeze_window"]
+    # Without the fork time, or with one not surely before the freeze, it stays.
+    assert kinds(checker.attribute_key_freezes(found, [("n3", 0.999, 7.0)])) == \
+        ["concurrency_exceeded"]
+    late = [dict(f, executions=[dict(e, forked=0.995) for e in f["executions"]])
+            for f in found]
+    assert kinds(checker.attribute_key_freezes(late, [("n3", 0.999, 7.0)])) == \
+        ["concurrency_exceeded"]
