@@ -74,6 +74,8 @@ PAUSE_TICK_S = 0.2
 PAUSE_S = 0.3
 #: Finished one-shot jobs past their retention: how often to look, how many per look.
 DONE_SCAN_S = 5.0
+#: An operator's transfer that did not move within its 2 s is tried this many times.
+ASKED_TRANSFER_TRIES = 3
 DONE_BATCH = 50
 
 
@@ -124,7 +126,8 @@ class LeaderLoop:
         #: Seconds this process did not run (the pause watcher's gaps) that the next
         #: liveness check has not yet taken out of the peers' silence.
         self._pause_credit = 0.0
-        self._transfer_to: tuple[str | None] | None = None
+        self._transfer_to: tuple[str | None, int] | None = None
+        self._asked_tries = 0
         self._last_transfer = 0.0
         self.plans = 0
         self.plan_seconds = 0.0
@@ -291,11 +294,13 @@ class LeaderLoop:
         """This term's admission control, or None when not leading."""
         return self.admission.statistics() if self.active else None
 
-    def request_transfer(self, to: str | None) -> None:
-        """An operator asked for leadership to move (to node ``to``, or anywhere)."""
-        if self.active:
-            self._transfer_to = (to,)
-            self._wake.set()
+    def request_transfer(self, to: str | None, term: int) -> None:
+        """An operator asked the leader of ``term`` to hand leadership to node ``to`` (or
+        anywhere). Kept even before this loop is active: the request can apply right
+        after our leadership record, before the loop has seen that record commit (on a
+        loaded machine a request dropped there was never carried out, yet answered)."""
+        self._transfer_to = (to, term)
+        self._wake.set()
 
     async def transfer(self, to: str | None = None, wait_s: float = 2.0) -> bool:
         """Hand leadership to node ``to`` (or the most caught-up peer) and wait until
@@ -339,6 +344,8 @@ class LeaderLoop:
         """A draining leader, or one asked to, hands leadership away (once a second at
         most when it does not move)."""
         asked, self._transfer_to = self._transfer_to, None
+        if asked is not None and asked[1] != self.term:
+            asked = None  # asked of another term's leader (ours or another node's)
         me = self.node_id
 
         def must_hand_over(st: ClusterState) -> bool:
@@ -356,7 +363,15 @@ class LeaderLoop:
         if asked is None and self.clock.monotonic() - self._last_transfer < 1.0:
             return
         self._last_transfer = self.clock.monotonic()
-        await self.transfer(asked[0] if asked is not None else None)
+        moved = await self.transfer(asked[0] if asked is not None else None)
+        if asked is not None and not moved and self._transfer_to is None:
+            # The operator was answered: try again (a lagging target refuses TimeoutNow),
+            # a bounded number of times so a target that cannot lead is given up on.
+            self._asked_tries += 1
+            if self._asked_tries < ASKED_TRANSFER_TRIES:
+                self._transfer_to = asked
+                return
+        self._asked_tries = 0
 
     async def _watch_pauses(self) -> None:
         """Notice when this process did not run (SIGSTOP, a frozen VM, a stalled loop)."""

@@ -331,8 +331,8 @@ class Node:
                     wake_worker = True
                 case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
                     self.worker.cancel(run_id, fence)
-                case TransferAsked(to=to):
-                    self.leader.request_transfer(to)
+                case TransferAsked(to=to, term=term):
+                    self.leader.request_transfer(to, term)
                 case NotifyPending():
                     self.notifier.wake()
                 case MembersChanged() | Restored():
