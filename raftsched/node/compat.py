@@ -300,6 +300,11 @@ class RaftSyncObj(SyncObj):
     _rs_won_in_term = -1
     #: The round in flight: the term asked for, and who granted it.
     _rs_prevote_term = -1
+    #: The round's number (answers echo it: a grant of an earlier round asking for the
+    #: same term, read late by a peer back from a pause, is not this round's) and when
+    #: (monotonic) it asked: a leader heard from since then makes its answers moot.
+    _rs_prevote_round = 0
+    _rs_prevote_asked_at = float("inf")
     _rs_prevote_grants: frozenset[Any] = frozenset()
     #: When (monotonic) the current leader's last append reached us.
     _rs_leader_seen = 0.0
@@ -533,9 +538,12 @@ class RaftSyncObj(SyncObj):
             self._rs_prevote_failures += 1  # the last round asked for this term too
         self._rs_prevote_term = self._SyncObj__raftCurrentTerm + 1
         self._rs_prevote_grants = frozenset()
+        self._rs_prevote_round += 1
+        self._rs_prevote_asked_at = now
         # The round lasts one election timeout; then the next round asks again.
         self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
         ask = {"type": PREVOTE, "term": self._rs_prevote_term,
+               "round": self._rs_prevote_round,
                "last_log_index": self._SyncObj__getCurrentLogIndex(),
                "last_log_term": self._SyncObj__getCurrentLogTerm()}
         for node in list(self._SyncObj__otherNodes):
@@ -567,8 +575,14 @@ class RaftSyncObj(SyncObj):
             return False  # we lead: check-quorum steps us down if we cannot
         now = time.monotonic()
         conf = self._SyncObj__conf
-        if (now - self._rs_woke_at < conf.raftMaxTimeout + conf.connectionRetryTime
-                and self._rs_leader_seen < self._rs_woke_at):
+        woke_at = self._rs_woke_at
+        if self._rs_last_tick is not None and now - self._rs_last_tick > conf.raftMinTimeout:
+            # Back from a pause its tick has not noticed yet: the thread stopped inside
+            # the tick's poll, and the poll that returns reads what queued meanwhile
+            # (this very ask, maybe sent seconds ago) before the next tick.
+            woke_at = now
+        if (now - woke_at < conf.raftMaxTimeout + conf.connectionRetryTime
+                and self._rs_leader_seen < woke_at):
             # We did not run for a while and have heard from no leader since: our
             # silence says nothing about the leader's. Its connection to us may have
             # been dropped meanwhile and takes up to a retry period and an append to
@@ -585,13 +599,18 @@ class RaftSyncObj(SyncObj):
         if message["type"] == PREVOTE:
             self._SyncObj__transport.send(node, {
                 "type": PREVOTE_REPLY, "term": message.get("term"),
+                "round": message.get("round"),
                 "granted": self._rs_prevote_grant(node, message)})
             return
         st = _syncobj_module._RAFT_STATE
         if (message.get("term") != self._rs_prevote_term or self._rs_prevote_won
+                or message.get("round", self._rs_prevote_round) != self._rs_prevote_round
+                or self._rs_leader_seen >= self._rs_prevote_asked_at
                 or self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)
                 or self._SyncObj__raftCurrentTerm + 1 != self._rs_prevote_term):
-            return  # an old round's answer
+            # An old round's answer, or one made moot: a leader of our term reached us
+            # after we asked (a stale yes would depose it; a CI run saw term 1 -> 2).
+            return
         if message.get("granted") is True:
             self._rs_prevote_grants |= {node}
             if len(self._rs_prevote_grants) + 1 > (len(self._SyncObj__otherNodes) + 1) / 2:

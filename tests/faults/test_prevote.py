@@ -138,3 +138,61 @@ def test_a_node_back_from_a_pause_vouches_for_no_candidate_until_it_hears_a_lead
         assert _terms(c) == {term}
     finally:
         c.close()
+
+
+def test_a_yes_read_late_by_a_node_back_from_a_pause_deposes_no_leader(tmp_path) -> None:
+    """A CI run (loaded host): a follower stopped 5 s, and term 1 -> 2 when it woke.
+    Its Raft thread stopped inside a tick's poll; the poll that returned read what had
+    queued meanwhile before the next tick could notice the pause: the other follower's
+    pre-vote asks, sent when its own timer once expired (the loaded leader late to
+    reach it). The woken node said yes to an ask seconds old, and the asker, which had
+    heard from its leader again since, counted that yes and campaigned. Now the woken
+    node knows it was stopped before its tick says so, and a yes counts only for the
+    round still open: not an older round's, not one asked before a leader reached us."""
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=8000)
+    try:
+        leader, term = establish(c)
+        woken, other = (n for n in c.nodes if n != leader)
+        asker = c.nodes[other].sync
+        ask = {"type": "rs_prevote", "term": term + 1, "round": 1,
+               "last_log_index": asker._SyncObj__getCurrentLogIndex(),
+               "last_log_term": asker._SyncObj__getCurrentLogTerm()}
+        # The asker's round for term + 1 is open while ``woken`` is stopped...
+        c.paused.add(woken)
+        asker._rs_prevote_term, asker._rs_prevote_round = term + 1, 1
+        asker._rs_prevote_asked_at = time.monotonic()
+        # ... and then its leader reaches it again.
+        _resume(c, 1.5)
+        assert asker._rs_leader_seen > asker._rs_prevote_asked_at
+        # ``woken`` stays stopped a while longer; when it runs again, the poll it
+        # stopped in reads the ask before its next tick.
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            c.tick()
+        sync = c.nodes[woken].sync
+        back = next(n for n in asker._SyncObj__otherNodes
+                    if getattr(n, "address", None) == c.addr[woken])
+        to_asker = next(n for n in sync._SyncObj__otherNodes
+                        if getattr(n, "address", None) == c.addr[other])
+        assert sync._rs_prevote_grant(to_asker, ask) is False, "a stopped node vouched"
+        # The yes, had it been given, counts for nothing: a leader reached the asker.
+        reply = {"type": "rs_prevote_reply", "term": term + 1, "round": 1, "granted": True}
+        asker._rs_prevote_message(back, reply)
+        assert not asker._rs_prevote_won
+        # An older round's yes counts for nothing either, even with no leader since.
+        asker._rs_prevote_round, asker._rs_prevote_asked_at = 2, time.monotonic()
+        asker._rs_prevote_message(back, reply)
+        assert not asker._rs_prevote_won
+        # The controls: the checks above can fail. A tick that had noticed nothing
+        # would have said yes, and this round's yes, with no leader since, wins.
+        sync._rs_last_tick, sync._rs_woke_at = time.monotonic(), float("-inf")
+        assert sync._rs_prevote_grant(to_asker, ask) is True
+        asker._rs_prevote_message(back, dict(reply, round=2))
+        assert asker._rs_prevote_won
+        asker._rs_prevote_won = False
+        c.paused.discard(woken)
+        _resume(c, 3.0)
+        assert c.until(c.leader, "leader") == leader
+        assert _terms(c) == {term}
+    finally:
+        c.close()
