@@ -291,6 +291,8 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
     guard_soon = [r["run_id"] for rs in runs.values() for r in rs
                   if str(r.get("reason", "")).startswith("guard:") and r.get("started_ms")
                   and r.get("finished_ms") and r["finished_ms"] - r["started_ms"] < 300]
+    by_cause = checker.attribute_unavailability(
+        windows, [(f.kind, f.start, f.healed) for f in nem.log])
     report = {
         "nodes": nodes, "seed": seed, "tag": net.tag, "jobs": jobs,
         "wall_s": round(time.time() - t0, 1), "fault_s": round(t_end - t_faults, 1),
@@ -307,9 +309,10 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         # Windows of a majority killed on purpose, counted from its heal (the restart),
         # apart from every other window (elections under partitions, pauses, kills).
         "unavailability_by_cause": {
-            cause: checker.summarize_windows(ws) for cause, ws in
-            checker.attribute_unavailability(
-                windows, [(f.kind, f.start, f.healed) for f in nem.log]).items()},
+            cause: checker.summarize_windows(ws) for cause, ws in by_cause.items()},
+        # Both together: how long the cluster could have answered and did not.
+        "unavailability_attributable": checker.summarize_windows(
+            [w for ws in by_cause.values() for w in ws]),
         "unavailability_windows": [(round(s - t0, 1), round(w, 2)) for s, w in windows],
         "outcomes": dict(outcomes.most_common()),
         "freeze_window_after_thaw_s": checker.summarize_windows(
@@ -375,7 +378,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{u['count']} windows, p50 {u['p50_s']} s, max {u['max_s']} s, total {u['total_s']} s",
         f"- of which with a majority killed on purpose (restart_all, power_cut), counted from "
         f"the heal: {r.get('unavailability_by_cause', {}).get('majority_down')}; all other "
-        f"windows: {r.get('unavailability_by_cause', {}).get('other')}",
+        f"windows: {r.get('unavailability_by_cause', {}).get('other')}; both together (the "
+        f"time the cluster could have answered and did not): "
+        f"{r.get('unavailability_attributable')}",
         f"- overlaps after a whole-node freeze (`freeze_window`): how long the old execution "
         f"still ran after the thaw: {r['freeze_window_after_thaw_s']}",
         f"- guard kills within 300 ms of the run's start: "
