@@ -25,18 +25,19 @@ from typing import Any
 from bench.cluster import ROOT, close_all
 from bench.common import Ctx, Result, lock_cells
 
-ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "PROF", "W3F", "DUR", "GROUPS"]
-#: Run only when named: W3's killed-follower case on its own (W3 includes it), and
-#: the cost of group commit (durability sync ÷ none).
-NAMED_ONLY = {"W3F", "DUR", "GROUPS"}
+ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "PROF", "W3F", "DUR", "GROUPS", "IDLE"]
+#: Run only when named: W3's killed-follower case on its own (W3 includes it), the
+#: cost of group commit (durability sync ÷ none), and an idle cluster's CPU (its
+#: windows alone would double the quick run).
+NAMED_ONLY = {"W3F", "DUR", "GROUPS", "IDLE"}
 
 
 def _workloads() -> dict[str, list[Callable[[Ctx], Result]]]:
-    from bench import durability, groups, profile, w1, w2, w3, w4, w5, w6
+    from bench import durability, groups, idle, profile, w1, w2, w3, w4, w5, w6
     return {"W1": [w1.run_raw, w1.run_w1], "W2": [w2.run_w2], "W3": [w3.run_w3],
             "W3F": [w3.run_w3f], "W4": [w4.run_w4], "W5": [w5.run_w5], "W6": [w6.run_w6],
             "PROF": [profile.run_profile], "DUR": [durability.run_dur],
-            "GROUPS": [groups.run_groups]}
+            "GROUPS": [groups.run_groups], "IDLE": [idle.run_idle]}
 
 
 def machine_facts() -> dict[str, Any]:
