@@ -54,17 +54,36 @@ def check_settled(runs: dict[str, list[dict[str, Any]]], hi_ms: int) -> list[dic
             if r.get("state") in ACTIVE and int(r["scheduled_ms"]) <= hi_ms]
 
 
-def check_guard_kills(runs: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def check_guard_kills(runs: dict[str, list[dict[str, Any]]],
+                      execs: Iterable[Execution] = ()) -> list[dict[str, Any]]:
     """A run the guard ended within GUARD_KILL_SOON_MS of its start
-    (``guard_kill_at_start``): the guard killed a run its node had just started."""
+    (``guard_kill_at_start``): the guard killed a run its node had just started.
+
+    Two clocks say how long it ran, and the nemesis can fool each: the record's start
+    and finish are stamped by its node's clock, which a clock fault steps (a step back
+    between them made runs killed seconds after they began look killed at once, or
+    before they began: a 1,000-fault run had 8 such records, finished 4-6 s "before"
+    they started); its witness (the host's clock, from its fork or its start line to its
+    last sign of life) stops while a freeze holds the node with its jobs. A kill is
+    soon only when both say so (or the record alone, with no witness); a record whose
+    times run backwards and that no witness saw cannot be judged
+    (``guard_kill_unjudged``, reported, not a violation)."""
+    lived = {(e.run_id, e.fence): e.last - min(e.start, e.forked or e.start) for e in execs}
     out = []
     for rs in runs.values():
         for r in rs:
             s, f = r.get("started_ms"), r.get("finished_ms")
-            if str(r.get("reason", "")).startswith("guard:") and s and f \
-                    and f - s < GUARD_KILL_SOON_MS:
-                out.append({"kind": "guard_kill_at_start", "run_id": r["run_id"],
-                            "after_ms": f - s, "reason": r.get("reason")})
+            if not (str(r.get("reason", "")).startswith("guard:") and s and f
+                    and f - s < GUARD_KILL_SOON_MS):
+                continue
+            alive_s = lived.get((r["run_id"], r.get("fence")))
+            if alive_s is not None and alive_s * 1000 >= GUARD_KILL_SOON_MS:
+                continue  # its process lived that long by the host's own clock
+            kind = ("guard_kill_unjudged" if alive_s is None and f < s
+                    else "guard_kill_at_start")
+            out.append({"kind": kind, "run_id": r["run_id"], "after_ms": f - s,
+                        "reason": r.get("reason"), "witnessed_alive_ms": None
+                        if alive_s is None else round(alive_s * 1000)})
     return out
 
 

@@ -45,6 +45,39 @@ def test_a_guard_kill_right_after_a_start_is_found() -> None:
     assert [(f["kind"], f["run_id"]) for f in found] == [("guard_kill_at_start", f"j@{T0}")]
 
 
+def test_a_guard_kill_is_not_judged_at_start_from_a_stepped_clock() -> None:
+    """The node's clock stepped back between the run's start and its finish (a nemesis
+    clock fault): its record says it ended 5 s before it began; its witness says its
+    process lived 2.5 s. Not a kill at its start; the same record with a witness that
+    lived 0.1 s, or with none, is one."""
+    stepped = {"j": [rec("j", T0, "lost", reason="guard: node unresponsive",
+                         started_ms=T0 + 5 * S, finished_ms=T0)]}
+    run_id = f"j@{T0}"
+    assert promises.check_guard_kills(stepped, [ex(run_id, 10.0, 12.5)]) == []
+    found = promises.check_guard_kills(stepped, [ex(run_id, 10.0, 10.1)])
+    assert [(f["kind"], f["witnessed_alive_ms"]) for f in found] == [
+        ("guard_kill_at_start", 100)]
+    # Unwitnessed, its times running backwards cannot be judged (reported apart); another
+    # attempt's witness (another fence) says nothing about this one.
+    for execs in ([], [ex(run_id, 10.0, 12.5, fence=7)]):
+        assert [f["kind"] for f in promises.check_guard_kills(stepped, execs)] == [
+            "guard_kill_unjudged"]
+    # Its process forked 0.6 s before its start line (a slow interpreter start, or a
+    # node frozen meanwhile): it lived from its fork.
+    forked = [Execution(run_id=run_id, job_id="j", fence=1, attempt=1, node="n1", pid=1,
+                        start=10.6, last=10.6, ended=False, forked=10.0)]
+    assert promises.check_guard_kills(stepped, forked) == []
+    # A record that says 4.4 s beside a witness that ticked 0.1 s (the node frozen with
+    # its jobs, then killed at the thaw): not soon.
+    frozen = {"j": [rec("j", T0, "lost", reason="guard: node unresponsive",
+                        started_ms=T0, finished_ms=T0 + 4400)]}
+    assert promises.check_guard_kills(frozen, [ex(run_id, 10.0, 10.1)]) == []
+    # Unwitnessed with times that run forwards: judged by them.
+    soon = {"j": [rec("j", T0, "lost", reason="guard: node unresponsive",
+                      started_ms=T0, finished_ms=T0 + 100)]}
+    assert [f["kind"] for f in promises.check_guard_kills(soon)] == ["guard_kill_at_start"]
+
+
 def test_a_cluster_that_executes_nothing_makes_no_progress() -> None:
     """The case the old checker passed: every fire time has a record, none ran."""
     missed = {"j": [rec("j", T0, "missed", until_ms=T0 + 99 * S, count=100,
