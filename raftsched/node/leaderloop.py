@@ -74,9 +74,9 @@ PAUSE_TICK_S = 0.2
 PAUSE_S = 0.3
 #: Finished one-shot jobs past their retention: how often to look, how many per look.
 DONE_SCAN_S = 5.0
+DONE_BATCH = 50
 #: An operator's transfer that did not move within its 2 s is tried this many times.
 ASKED_TRANSFER_TRIES = 3
-DONE_BATCH = 50
 
 
 class LeaderLoop:
