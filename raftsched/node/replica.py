@@ -14,6 +14,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from raftsched.core.codec import (
@@ -104,7 +105,7 @@ class Replica:
                 reply: Any = {"ok": False, "error": {"code": "protocol_error",
                                                      "message": "undecodable command"}}
             else:
-                self._lock.what = _describe(cmd)
+                self._lock.what = partial(_describe, cmd)  # formatted only if slow
                 reply = self._state.apply(cmd, entry_term, parsed=parsed)
             #: The log position (index, term) the state is at (read under the lock).
             self.applied_pos = (int(self.sync.raftLastApplied) + 1, int(entry_term or 0))

@@ -32,8 +32,8 @@ class TimedLock:
     :ivar max_hold_s: the longest hold seen.
     :ivar holds: how many holds ended.
     :ivar max_hold_site: where the longest hold was taken (``module:function:line``).
-    :ivar what: set by a holder to say what it does (logged with a slow hold, cleared at
-        each release).
+    :ivar what: set by a holder to say what it does, or a function that says it (called
+        only for a slow hold's log line; cleared at each release).
     """
 
     def __init__(self, observer: Callable[[float], None] | None = None) -> None:
@@ -44,7 +44,7 @@ class TimedLock:
         self.max_hold_s = 0.0
         self.max_hold_site = ""
         self.holds = 0
-        self.what = ""
+        self.what: str | Callable[[], str] = ""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         got = self._lock.acquire(blocking, timeout)
@@ -55,7 +55,9 @@ class TimedLock:
 
     def release(self) -> None:
         held = time.perf_counter() - self._since
-        cpu = time.thread_time() - self._cpu_since
+        # The holder's CPU only for a slow hold's log line: thread_time() is a system
+        # call (~1 us), and the Raft thread takes this lock for every command it applies.
+        cpu = time.thread_time() - self._cpu_since if held > SLOW_HOLD_S else 0.0
         self.holds += 1
         what, self.what = self.what, ""
         site = ""
@@ -69,6 +71,8 @@ class TimedLock:
         if observer is not None:
             observer(held)
         if held > SLOW_HOLD_S:
+            if callable(what):
+                what = what()
             log.warning("raft lock held %.1f ms (cpu %.1f ms) at %s%s", held * 1000,
                         cpu * 1000, site, f" ({what})" if what else "")
 
