@@ -263,7 +263,7 @@ class WorkerPool(WorkerCommits):
         on (released, cancelled, reassigned), forgotten here. Bounded by this node's
         runs."""
         mine = []
-        for run in st.active_on(self.node_id):
+        for run in st.table.unordered_on(self.node_id):  # ordered by start time below
             if run.state != "assigned":
                 continue
             known = self.local.get(run.run_id)
