@@ -63,6 +63,10 @@ log = logging.getLogger("raftsched.leader")
 DISCONNECT_GRACE_S = 0.05
 #: Liveness is checked at least this often while leading.
 HOUSEKEEPING_S = 0.05
+#: A follower's loop sleeps this long between looks: the node's role change wakes it
+#: (Node passes it to RaftNode's ``on_state_changed``), so this only bounds a missed
+#: wake. At HOUSEKEEPING_S an idle follower woke 20 times a second for nothing.
+FOLLOWER_S = 1.0
 #: A due job the last plan could not place is looked at again after this long (or
 #: when an applied command wakes the loop), not in a busy loop.
 STALL_S = 0.02
@@ -202,7 +206,7 @@ class LeaderLoop:
                     events.emit("leader.stepped_down", node=self.node_id, term=self.term)
                 self.active = False
                 self.book.forget()
-                await self._sleep(HOUSEKEEPING_S)
+                await self._sleep(FOLLOWER_S if term is None else HOUSEKEEPING_S)
                 continue
             if not self.active or term != self.term:
                 if not await self._establish(term):

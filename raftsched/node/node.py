@@ -291,7 +291,7 @@ class Node:
             data_dir=node_dir, secret=list(self.secrets.current), timing=cfg.timing,
             on_effects=self._effects_from_raft, history_limit=cfg.limits.history_limit,
             max_pending=cfg.limits.max_pending_commands, on_fatal=self._fatal_from_raft,
-            join=join, durability=cfg.durability)
+            join=join, durability=cfg.durability, on_state_changed=self._role_from_raft)
 
     # ------------------------------------------------------------ effects
 
@@ -300,6 +300,12 @@ class Node:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._on_effects, effects)
+
+    def _role_from_raft(self, old: int, new: int) -> None:
+        """Raft thread: a role change wakes the leader loop (a follower's sleeps long)."""
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: self.leader.wake())
 
     def _fatal_from_raft(self, problem: str) -> None:
         """Raft thread: this replica met a format it cannot read (see RaftNode._refuse)."""

@@ -73,3 +73,39 @@ def test_a_request_that_does_not_move_is_tried_again_a_bounded_number_of_times()
     for _ in range(6):
         asyncio.run(loop._hand_over_if_draining())
     assert asked == ["n2"] * 3
+
+
+def test_a_followers_loop_sleeps_until_its_role_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle follower's loop does not poll every 50 ms (20 wake-ups a second for
+    nothing): it sleeps until the node's role change wakes it, and then leads."""
+    from raftsched.node import leaderloop
+
+    monkeypatch.setattr(leaderloop, "FOLLOWER_S", 60.0)  # only the wake can end the sleep
+    loop, _ = _loop()
+    looks: list[int | None] = []
+    term: list[int | None] = [None]
+    loop.raft.ready = lambda: True
+    loop.raft.leader_term = lambda: looks.append(term[0]) or term[0]
+    established: list[int] = []
+
+    async def establish(t: int) -> bool:
+        established.append(t)
+        loop.stop()
+        return False
+
+    loop._establish = establish  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        task = asyncio.create_task(loop._run())
+        for _ in range(1000):  # its first look, however loaded the host
+            if looks:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)  # ten housekeeping periods
+        assert looks == [None], "a follower's loop polled"
+        term[0] = 2
+        loop.wake()  # what Node does when pysyncobj reports the role change
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(scenario())
+    assert established == [2]
