@@ -549,6 +549,17 @@ class RaftSyncObj(SyncObj):
         for node in list(self._SyncObj__otherNodes):
             self._SyncObj__transport.send(node, ask)
 
+    def rs_stepped_down(self) -> None:
+        """We stopped leading (a higher term reached us, or check-quorum): a whole
+        election timeout from now before we ask to campaign, as etcd's becomeFollower.
+        A leader never moves its own deadline, so it was long past: the old leader of
+        a transfer, stepping down at its target's vote request without granting it (its
+        log one entry ahead), asked for a pre-vote 2 ms later, got it from a follower
+        that had not yet heard of the new leader (the asker was the leader it knew),
+        and took leadership back (CI, loaded: test_drain's transfer never held)."""
+        self._SyncObj__raftElectionDeadline = (time.monotonic()
+                                               + self._SyncObj__generateRaftTimeout())
+
     def _rs_allow_election(self, why: str = "") -> None:
         log.info("campaigning in term %d: %s", self._SyncObj__raftCurrentTerm + 1, why)
         self._rs_prevote_won = True

@@ -271,6 +271,8 @@ class RaftNode(Replica):
         self._lead_term = int(self.sync.raftCurrentTerm) if new == _LEADER else None
         if new != _LEADER:
             self.sync._rs_hold_until = 0.0  # a follower forwards at once
+        if old == _LEADER and new != _LEADER:
+            self.sync.rs_stepped_down()
         if self._on_state_changed is not None:
             try:
                 self._on_state_changed(old, new)

@@ -196,3 +196,32 @@ def test_a_yes_read_late_by_a_node_back_from_a_pause_deposes_no_leader(tmp_path)
         assert _terms(c) == {term}
     finally:
         c.close()
+
+
+def test_a_leader_that_steps_down_waits_an_election_timeout_before_asking(tmp_path) -> None:
+    """A leader deposed by a higher term's vote request it does not grant (its log is
+    ahead: the old leader of a transfer) waits a whole election timeout before it asks
+    to campaign. Its deadline was never moved while it led, so it asked at its next
+    tick, and a follower that still knew it as leader said yes: leadership went back
+    (CI, loaded: test_drain's transfer to n2 never held)."""
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=2500)
+    try:
+        leader, term = establish(c)
+        _resume(c, 2.2)  # lead past the deadline set when it campaigned (1-2 s)
+        assert c.nodes[leader].leader_term() == term
+        sync = c.nodes[leader].sync
+        peer = next(iter(sync._SyncObj__otherNodes))
+        asked = sync._rs_prevote_round
+        # A candidate of the next term whose log is behind ours: refused, and we step down.
+        sync._SyncObj__onMessageReceived(peer, {
+            "type": "request_vote", "term": term + 1, "last_log_index": 0,
+            "last_log_term": 0})
+        assert c.nodes[leader].leader_term() is None
+        assert sync._SyncObj__raftElectionDeadline >= time.monotonic() + 0.9
+        c.paused.update(n for n in c.nodes if n != leader)  # only the deposed one runs
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            c.tick()
+        assert sync._rs_prevote_round == asked, "asked to campaign at once"
+    finally:
+        c.close()
