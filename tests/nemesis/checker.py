@@ -345,33 +345,6 @@ def unavailability(up: list[float], lo: float, hi: float, min_gap_s: float = 1.0
     return [(a, b - a) for a, b in zip(points, points[1:], strict=False) if b - a > min_gap_s]
 
 
-#: Faults that take a majority of the nodes down on purpose for their hold: no cluster
-#: can answer then, so their windows say nothing about elections.
-MAJORITY_DOWN = ("restart_all", "power_cut")
-
-
-def attribute_unavailability(windows: list[tuple[float, float]],
-                             faults: list[tuple[str, float, float]]
-                             ) -> dict[str, list[tuple[float, float]]]:
-    """Split the unavailability ``windows`` (start, length) by cause, given the faults
-    ``(kind, start, healed)``: ``majority_down`` windows overlap a fault of
-    :data:`MAJORITY_DOWN` and are given as (start, seconds from that fault's heal to the
-    window's end: how long the cluster took to answer once its nodes were back);
-    ``other`` windows are everything else, whole (elections after partitions, pauses,
-    kills, slow links)."""
-    out: dict[str, list[tuple[float, float]]] = {"majority_down": [], "other": []}
-    for start, width in windows:
-        end = start + width
-        down = [(b, h) for kind, b, h in faults
-                if kind in MAJORITY_DOWN and b < end and (h == 0 or h >= start)]
-        if down:
-            healed = max(h for _, h in down)
-            out["majority_down"].append((start, max(0.0, end - healed) if healed else width))
-        else:
-            out["other"].append((start, width))
-    return out
-
-
 def summarize_windows(windows: list[tuple[float, float]]) -> dict[str, float]:
     lengths = [w for _, w in windows]
     if not lengths:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from raftsched.wire.client import Client
-from tests.nemesis import checker, promises
+from tests.nemesis import checker, promises, quorum
 from tests.nemesis.faults import KINDS, Nemesis
 from tests.nemesis.net import Net, clean_stale, new_tag
 from tests.nemesis.procs import Nodes
@@ -291,8 +291,8 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         for rs in runs.values() for r in rs
         if r["state"] == "lost" and r["scheduled_ms"] <= hi_ms
         and str(r["reason"]).startswith("node "))
-    by_cause = checker.attribute_unavailability(
-        windows, [(f.kind, f.start, f.healed) for f in nem.log])
+    by_cause = quorum.attribute(windows, quorum.no_majority(
+        ns.ids, [(f.kind, f.targets, f.start, f.healed) for f in nem.log]))
     report = {
         "nodes": nodes, "seed": seed, "tag": net.tag, "jobs": jobs,
         "wall_s": round(time.time() - t0, 1), "fault_s": round(t_end - t_faults, 1),
@@ -306,8 +306,8 @@ def _run(*, nodes: int, faults: int, seed: int, out: str, jobs: int,
         "strict": list(STRICT),
         "strict_violations": {c: by_class[c] for c in STRICT if by_class.get(c)},
         "unavailability": checker.summarize_windows(windows),
-        # Windows of a majority killed on purpose, counted from its heal (the restart),
-        # apart from every other window (elections under partitions, pauses, kills).
+        # Windows in which the nemesis left no running node that reached a majority,
+        # counted from when one could again, apart from every other window (whole).
         "unavailability_by_cause": {
             cause: checker.summarize_windows(ws) for cause, ws in by_cause.items()},
         # Both together: how long the cluster could have answered and did not.
@@ -376,8 +376,9 @@ def markdown(report: dict[str, Any]) -> str:
         f" reads {r['reads']}",
         f"- unavailability (no node answering `status` as leader with a quorum for > 1 s): "
         f"{u['count']} windows, p50 {u['p50_s']} s, max {u['max_s']} s, total {u['total_s']} s",
-        f"- of which with a majority killed on purpose (restart_all, power_cut), counted from "
-        f"the heal: {r.get('unavailability_by_cause', {}).get('majority_down')}; all other "
+        f"- of which overlapping a time the faults left no running node reaching a majority "
+        f"(killed, stopped, frozen, cut off), counted from when one could again: "
+        f"{r.get('unavailability_by_cause', {}).get('no_majority')}; all other "
         f"windows: {r.get('unavailability_by_cause', {}).get('other')}; both together (the "
         f"time the cluster could have answered and did not): "
         f"{r.get('unavailability_attributable')}",

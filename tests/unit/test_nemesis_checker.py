@@ -221,10 +221,3 @@ def test_unavailability_windows_are_gaps_between_leader_answers() -> None:
                                             "total_s": 8.3}
 
 
-def test_unavailability_of_a_majority_killed_on_purpose_counts_from_its_heal() -> None:
-    windows = [(10.0, 4.0), (30.0, 1.5), (50.0, 3.0)]
-    faults = [("restart_all", 9.5, 12.5),   # down 9.5-12.5, the window ends at 14.0
-              ("split", 29.0, 33.0),        # an election under a partition: whole
-              ("power_cut", 49.0, 0.0)]     # never healed: the whole window
-    got = checker.attribute_unavailability(windows, faults)
-    assert got == {"majority_down": [(10.0, 1.5), (50.0, 3.0)], "other": [(30.0, 1.5)]}
