@@ -552,11 +552,10 @@ class RaftSyncObj(SyncObj):
     def rs_stepped_down(self) -> None:
         """We stopped leading (a higher term reached us, or check-quorum): a whole
         election timeout from now before we ask to campaign, as etcd's becomeFollower.
-        A leader never moves its own deadline, so it was long past: the old leader of
-        a transfer, stepping down at its target's vote request without granting it (its
-        log one entry ahead), asked for a pre-vote 2 ms later, got it from a follower
-        that had not yet heard of the new leader (the asker was the leader it knew),
-        and took leadership back (CI, loaded: test_drain's transfer never held)."""
+        A leader never moves its own deadline, so it is long past: a leader deposed by
+        a vote request it refused (its log ahead) would ask at its next tick, and a
+        follower that has not yet heard of the new leader says yes to the leader it
+        knows."""
         self._SyncObj__raftElectionDeadline = (time.monotonic()
                                                + self._SyncObj__generateRaftTimeout())
 
