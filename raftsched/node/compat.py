@@ -15,13 +15,13 @@ import logging
 import random
 import struct
 import threading
-import time
 from typing import Any
 
 from pysyncobj import SyncObj, tcp_connection
 from pysyncobj import syncobj as _syncobj_module
 from pysyncobj.encryptor import getEncryptor as _get_encryptor
 from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
+from pysyncobj.monotonic import monotonic as _pysyncobj_clock
 from pysyncobj.version import VERSION
 
 log = logging.getLogger("raftsched.raft")
@@ -61,6 +61,15 @@ _INSTANCE_ATTRS = (
                             "_FileJournal__meta", "_FileJournal__metaSaved")),
     (ResizableFile.__init__, ("_ResizableFile__f", "_ResizableFile__mm")),
 )
+
+
+def raft_now() -> float:
+    """pysyncobj's clock (seconds): every time compared with one of its deadlines or
+    stamps must be read from it. It is CLOCK_MONOTONIC_RAW, not ``time.monotonic``'s
+    CLOCK_MONOTONIC: the two drift apart as the latter is slewed (0.25 s apart on our test
+    host), and a deadline of one read against the other expired that much early or late:
+    followers asked for elections right after their leader's append."""
+    return float(_pysyncobj_clock())
 
 
 class IncompatiblePysyncobj(ImportError):
@@ -357,14 +366,14 @@ class RaftSyncObj(SyncObj):
         if (self._rs_quick_spread_s > 0 and not self._rs_joining
                 and node == self._SyncObj__raftLeader
                 and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.FOLLOWER):
-            now = time.monotonic()
+            now = raft_now()
             # Once: the reconnect attempts that fail next call this again.
             if self._SyncObj__raftElectionDeadline > now + self._rs_quick_spread_s:  # type: ignore[has-type]
                 self._SyncObj__raftElectionDeadline = now + random.uniform(
                     0.0, self._rs_quick_spread_s)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
-        now = time.monotonic()
+        now = raft_now()
         if (self._rs_last_tick is not None
                 and now - self._rs_last_tick > self._SyncObj__conf.raftMinTimeout):
             self._rs_woke_at = now
@@ -391,7 +400,7 @@ class RaftSyncObj(SyncObj):
             # and must keep its win until it campaigns.)
             self._rs_prevote_won = False
         if self._rs_ping_every_s > 0:
-            now = time.monotonic()
+            now = raft_now()
             if now >= self._rs_next_ping:
                 self._rs_next_ping = now + self._rs_ping_every_s
                 self._rs_ping()
@@ -488,7 +497,7 @@ class RaftSyncObj(SyncObj):
         return super()._SyncObj__doChangeCluster(request, reverse)
 
     def _checkCommandsToApply(self) -> None:
-        if self._rs_hold_until and time.monotonic() < self._rs_hold_until:
+        if self._rs_hold_until and raft_now() < self._rs_hold_until:
             return
         super()._checkCommandsToApply()
 
@@ -515,7 +524,7 @@ class RaftSyncObj(SyncObj):
                 or self._SyncObj__selfNode is None or self._rs_prevote_won
                 or self._SyncObj__transferInProgress):
             return
-        now = time.monotonic()
+        now = raft_now()
         if self._SyncObj__raftElectionDeadline >= now:
             return
         self._poller.poll(0)  # a leader's waiting append resets the deadline
@@ -556,7 +565,7 @@ class RaftSyncObj(SyncObj):
         a vote request it refused (its log ahead) would ask at its next tick, and a
         follower that has not yet heard of the new leader says yes to the leader it
         knows."""
-        self._SyncObj__raftElectionDeadline = (time.monotonic()
+        self._SyncObj__raftElectionDeadline = (raft_now()
                                                + self._SyncObj__generateRaftTimeout())
 
     def _rs_allow_election(self, why: str = "") -> None:
@@ -583,7 +592,7 @@ class RaftSyncObj(SyncObj):
             return False
         if self._SyncObj__raftState == st.LEADER:
             return False  # we lead: check-quorum steps us down if we cannot
-        now = time.monotonic()
+        now = raft_now()
         conf = self._SyncObj__conf
         woke_at = self._rs_woke_at
         if self._rs_last_tick is not None and now - self._rs_last_tick > conf.raftMinTimeout:
@@ -640,11 +649,11 @@ class RaftSyncObj(SyncObj):
             if kind == "append_entries":
                 term = message.get("term", -1)
                 if term >= self._SyncObj__raftCurrentTerm:
-                    self._rs_leader_seen = time.monotonic()
+                    self._rs_leader_seen = raft_now()
                     self._rs_prevote_won = False
                     self._rs_prevote_failures = 0
                 elif isinstance(term, int):
-                    self._rs_older_leader_seen = time.monotonic()
+                    self._rs_older_leader_seen = raft_now()
         if self._rs_joining and isinstance(message, dict) \
                 and message.get("type") in ("request_vote", "timeout_now"):
             # A joining node's file may still list a member that was removed meanwhile;

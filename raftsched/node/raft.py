@@ -40,7 +40,7 @@ from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.state import ClusterState
 from raftsched.node import gcwatch
-from raftsched.node.compat import RaftSyncObj, derive_fernet, install
+from raftsched.node.compat import RaftSyncObj, derive_fernet, install, raft_now
 from raftsched.node.durable import (
     DEFAULT_DURABILITY,
     DURABILITY_MODES,
@@ -338,7 +338,7 @@ class RaftNode(Replica):
                 fut.set_result(err == FAIL_REASON.SUCCESS)
 
         def action() -> None:
-            self.sync._rs_hold_until = time.monotonic() + TRANSFER_HOLD_S
+            self.sync._rs_hold_until = raft_now() + TRANSFER_HOLD_S
             try:
                 self.sync.transferLeadership(target, callback=answered)
             except Exception as exc:  # noqa: BLE001 - best effort, reported to the caller

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from raftsched.node.compat import raft_now
 from tests.support.raftcluster import Cluster, establish
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -160,7 +161,7 @@ def test_a_yes_read_late_by_a_node_back_from_a_pause_deposes_no_leader(tmp_path)
         # The asker's round for term + 1 is open while ``woken`` is stopped...
         c.paused.add(woken)
         asker._rs_prevote_term, asker._rs_prevote_round = term + 1, 1
-        asker._rs_prevote_asked_at = time.monotonic()
+        asker._rs_prevote_asked_at = raft_now()
         # ... and then its leader reaches it again.
         _resume(c, 1.5)
         assert asker._rs_leader_seen > asker._rs_prevote_asked_at
@@ -180,12 +181,12 @@ def test_a_yes_read_late_by_a_node_back_from_a_pause_deposes_no_leader(tmp_path)
         asker._rs_prevote_message(back, reply)
         assert not asker._rs_prevote_won
         # An older round's yes counts for nothing either, even with no leader since.
-        asker._rs_prevote_round, asker._rs_prevote_asked_at = 2, time.monotonic()
+        asker._rs_prevote_round, asker._rs_prevote_asked_at = 2, raft_now()
         asker._rs_prevote_message(back, reply)
         assert not asker._rs_prevote_won
         # The controls: the checks above can fail. A tick that had noticed nothing
         # would have said yes, and this round's yes, with no leader since, wins.
-        sync._rs_last_tick, sync._rs_woke_at = time.monotonic(), float("-inf")
+        sync._rs_last_tick, sync._rs_woke_at = raft_now(), float("-inf")
         assert sync._rs_prevote_grant(to_asker, ask) is True
         asker._rs_prevote_message(back, dict(reply, round=2))
         assert asker._rs_prevote_won
@@ -212,7 +213,7 @@ def test_a_leader_that_steps_down_waits_an_election_timeout_before_asking(tmp_pa
         sync = c.nodes[leader].sync
         peer = next(iter(sync._SyncObj__otherNodes))
         asked = sync._rs_prevote_round
-        before = time.monotonic()
+        before = raft_now()  # pysyncobj's clock, which its deadlines are on
         # A candidate of the next term whose log is behind ours: refused, and we step down.
         sync._SyncObj__onMessageReceived(peer, {
             "type": "request_vote", "term": term + 1, "last_log_index": 0,
@@ -225,5 +226,29 @@ def test_a_leader_that_steps_down_waits_an_election_timeout_before_asking(tmp_pa
         while time.monotonic() < end:
             c.tick()
         assert sync._rs_prevote_round == asked, "asked to campaign at once"
+    finally:
+        c.close()
+
+
+def test_a_follower_reads_its_election_deadline_on_pysyncobjs_clock(tmp_path,
+                                                                     monkeypatch) -> None:
+    """pysyncobj's deadlines are on CLOCK_MONOTONIC_RAW; ``time.monotonic`` drifts
+    from it as it is slewed (0.25 s apart on our test host). Read on the wrong clock,
+    a deadline looked expired right after the leader's append, and followers asked
+    for elections while their leader was healthy. Here ``time.monotonic`` is pushed
+    5 s ahead of pysyncobj's clock: a follower of a working leader asks nothing."""
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=2500)
+    try:
+        leader, term = establish(c)
+        rounds = {n: c.nodes[n].sync._rs_prevote_round for n in c.nodes}
+        real = time.monotonic
+        monkeypatch.setattr(time, "monotonic", lambda: real() + 5.0)
+        end = real() + 3.0
+        while real() < end:
+            c.tick()
+        monkeypatch.undo()
+        asked = {n: c.nodes[n].sync._rs_prevote_round - rounds[n] for n in c.nodes}
+        assert asked == {n: 0 for n in c.nodes}, f"pre-vote rounds asked: {asked}"
+        assert c.leader() == leader and _terms(c) == {term}
     finally:
         c.close()
