@@ -39,6 +39,14 @@ log = logging.getLogger("raftsched.raft")
 T = TypeVar("T")
 
 
+def _reader_name(fn: Any) -> str:
+    """``read <qualified name>`` of a reader, unwrapping partials: cheap (it runs at every
+    read) and bounded (a partial's repr would print every argument, thousands of runs)."""
+    while isinstance(fn, partial):
+        fn = fn.func
+    return "read " + str(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
+
+
 def _describe(cmd: Any) -> str:
     """A command's op and the sizes of its list fields, for the slow-hold log line."""
     if not isinstance(cmd, dict):
@@ -149,8 +157,9 @@ class Replica:
         return copies or immutable values (the state changes the moment the lock is
         released). Changes go through :meth:`submit`, never through ``fn``."""
         with self._lock:
-            # A slow hold is logged at this site: name the reader (its qualified name).
-            self._lock.what = f"read {getattr(fn, '__qualname__', fn)}"
+            # A slow hold is logged at this site: name the reader (its qualified name;
+            # a partial's function, never its repr, which formats its arguments).
+            self._lock.what = _reader_name(fn)
             return fn(self._state)
 
     @property
