@@ -81,6 +81,8 @@ def pysyncobj_problems(c: BenchCluster) -> dict[str, dict[str, int]]:
                 msg = "raftCommitIndex exceeds journal end"
             elif msg.startswith("raft lock held"):
                 msg = "raft lock held over 20 ms (see the lock table)"
+            elif msg.startswith("leader silent for"):
+                msg = "leader silent past the election timeout: waited out"
             exc = str(ev.get("exc") or "")
             if exc:
                 msg += " / " + exc.strip().splitlines()[-1][:80]

@@ -24,6 +24,8 @@ from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 from pysyncobj.monotonic import monotonic as _pysyncobj_clock
 from pysyncobj.version import VERSION
 
+from raftsched.node import stalls
+
 log = logging.getLogger("raftsched.raft")
 
 #: The one pysyncobj release these patches are written against (pinned in pyproject).
@@ -328,6 +330,17 @@ class RaftSyncObj(SyncObj):
     _rs_woke_at = float("-inf")
     #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
+    #: This node's Raft-thread stalls (raftsched.node.stalls), from its first tick; a
+    #: leader reports the longest recent one in every append (``rs_stall``).
+    _rs_stalls: stalls.StallWindow | None = None
+    _rs_stall_report = 0.0
+    _rs_stamping = False
+    #: The longest recent stall our current leader reported, and how many times this
+    #: node waited out a silence of that leader longer than its election timeout.
+    rs_leader_stall = 0.0
+    rs_silences_waited = 0
+    #: raftsched.node.stalls.FACTOR; 0 tolerates only the election timeout.
+    _rs_stall_factor = stalls.FACTOR
     #: ``[cluster] durability == "sync"``: group commit (raftsched.node.durable).
     _rs_sync_journal = True
     #: The journal as raftsched.node.durable's DurableJournal, from the first tick on
@@ -374,9 +387,17 @@ class RaftSyncObj(SyncObj):
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         now = raft_now()
-        if (self._rs_last_tick is not None
-                and now - self._rs_last_tick > self._SyncObj__conf.raftMinTimeout):
-            self._rs_woke_at = now
+        conf = self._SyncObj__conf
+        if self._rs_last_tick is not None:
+            gap = now - self._rs_last_tick
+            if gap > conf.raftMinTimeout:
+                self._rs_woke_at = now
+            if self._rs_stalls is None:
+                # A tick waits up to an append period when idle: not a stall.
+                self._rs_stalls = stalls.StallWindow(
+                    floor_s=max(conf.raftMinTimeout / 2, 2 * conf.appendEntriesPeriod))
+            self._rs_stalls.note(now, gap)
+            self._rs_stall_report = self._rs_stalls.longest(now)
         self._rs_last_tick = now
         if not self._rs_adopted:
             self._rs_adopt_journal()
@@ -413,6 +434,7 @@ class RaftSyncObj(SyncObj):
 
         from raftsched.node import durable
 
+        self._rs_stamp_appends()
         wake = PipeNotifier(self._poller).notify if self._rs_sync_journal else None
         journal = durable.adopt(self._SyncObj__raftLog, sync=self._rs_sync_journal,
                                 wake=wake)
@@ -422,6 +444,30 @@ class RaftSyncObj(SyncObj):
         # Only now: a journal that cannot be made durable raises here at every tick, and
         # the node never ticks (unavailable, loudly) rather than acknowledging unsynced.
         self._rs_adopted = True
+
+    def _rs_stamp_appends(self) -> None:
+        """Every append this node sends as leader says how long its Raft thread has
+        recently stalled (raftsched.node.stalls); peers of an older version ignore the
+        key, as pysyncobj reads only the keys it knows."""
+        if self._rs_stamping:
+            return  # once (the journal's adoption that calls this may be retried)
+        self._rs_stamping = True
+        transport = self._SyncObj__transport
+        send = transport.send
+
+        def stamped(node: Any, message: Any) -> Any:
+            if type(message) is dict and message.get("type") == "append_entries":
+                message["rs_stall"] = self._rs_stall_report
+            return send(node, message)
+
+        transport.send = stamped
+
+    def _rs_silence_tolerated(self) -> float:
+        """Seconds of our leader's silence to wait out (0.0: the election timeout)."""
+        conf = self._SyncObj__conf
+        return stalls.tolerated_silence(
+            self.rs_leader_stall, factor=self._rs_stall_factor,
+            cap_s=max(conf.raftMaxTimeout, conf.leaderFallbackTimeout))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -533,6 +579,20 @@ class RaftSyncObj(SyncObj):
             return
         if not self._SyncObj__connectedToAnyone():
             return  # pysyncobj would not campaign either
+        leader = self._SyncObj__raftLeader
+        tolerated = self._rs_silence_tolerated()
+        if (tolerated > 0 and leader is not None and leader in self._SyncObj__connectedNodes
+                and now - self._rs_leader_seen < tolerated):
+            # This leader has recently been silent this long while alive (its own
+            # stalls, raftsched.node.stalls): its silence is no evidence yet. A leader
+            # whose process died closed its connections and is not waited for.
+            self.rs_silences_waited += 1
+            log.warning("leader silent for %.0f ms: waited out (it reported stalls of %.0f ms)",
+                     (now - self._rs_leader_seen) * 1000, self.rs_leader_stall * 1000)
+            self._SyncObj__raftElectionDeadline = (
+                self._rs_leader_seen + tolerated
+                + random.uniform(0.0, self._SyncObj__conf.raftMinTimeout / 2))
+            return
         if not self._SyncObj__otherNodes:
             self._rs_allow_election("alone")
             return
@@ -610,7 +670,8 @@ class RaftSyncObj(SyncObj):
             # a working leader. If the leader really is gone, we say yes a moment later.
             return False
         leader = self._SyncObj__raftLeader
-        recent = now - self._rs_leader_seen < conf.raftMinTimeout
+        recent = now - self._rs_leader_seen < max(conf.raftMinTimeout,
+                                                  self._rs_silence_tolerated())
         return not (leader is not None and leader != node and recent
                     and leader in self._SyncObj__connectedNodes)
 
@@ -650,6 +711,8 @@ class RaftSyncObj(SyncObj):
                 term = message.get("term", -1)
                 if term >= self._SyncObj__raftCurrentTerm:
                     self._rs_leader_seen = raft_now()
+                    # A leader of an older version sends none: the timeouts apply.
+                    self.rs_leader_stall = stalls.reported(message.get("rs_stall"))
                     self._rs_prevote_won = False
                     self._rs_prevote_failures = 0
                 elif isinstance(term, int):

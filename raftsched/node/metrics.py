@@ -173,6 +173,16 @@ class _StateCollector:
         yield GaugeMetricFamily("raftsched_raft_lock_hold_max_seconds",
                                 "Longest hold of the Raft state lock since the node started",
                                 value=raft.lock_max_hold_s)
+        own_stall, leader_stall, waited = raft.stalls()
+        yield GaugeMetricFamily("raftsched_raft_stall_seconds",
+                                "Longest stall of this node's Raft thread in the last 30 s",
+                                value=own_stall)
+        yield GaugeMetricFamily("raftsched_leader_stall_seconds",
+                                "Longest recent stall its leader reported to this node",
+                                value=leader_stall)
+        yield CounterMetricFamily("raftsched_leader_silences_waited",
+                                  "Leader silences waited out past the election timeout",
+                                  value=waited)
         yield GaugeMetricFamily("raftsched_pending_commands", "Commands in flight from here",
                                 value=raft.pending)
 

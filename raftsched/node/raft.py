@@ -386,6 +386,15 @@ class RaftNode(Replica):
         gap, self._tick_gap = self._tick_gap, 0.0
         return max(gap, time.monotonic() - self._last_tick)
 
+    def stalls(self) -> tuple[float, float, int]:
+        """(this node's longest Raft-thread stall of the last 30 s, the longest its leader
+        reported, how many of that leader's silences it waited out past the election
+        timeout): see raftsched.node.stalls. Read from another thread: floats and ints."""
+        s = self.sync
+        window = s._rs_stalls
+        own = window.longest(raft_now()) if window is not None else 0.0
+        return own, float(s.rs_leader_stall), int(s.rs_silences_waited)
+
     def follower_lag(self) -> int:
         """On the leader, the entries its slowest connected follower lacks (else 0)."""
         try:
