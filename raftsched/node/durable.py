@@ -35,6 +35,7 @@ nothing (the kernel still holds its writes), a machine that loses power may.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import logging
 import os
 import threading
@@ -402,10 +403,32 @@ class DurableSender:
 _snapshots_durable = False
 
 
+#: The gzip level of the snapshots pysyncobj writes (its default is 9). A W1 storm's
+#: 23 MB state took 1.0 s of CPU to compress at 9 and 0.07 s at 1 (3.5 MB instead of
+#: 2.1 MB), CPU taken from a busy host at the very moment of the snapshot. Any level
+#: reads back the same.
+SNAPSHOT_GZIP_LEVEL = 1
+
+
+class _FastGzip:
+    """pysyncobj's serializer module's view of :mod:`gzip`: its writes at
+    :data:`SNAPSHOT_GZIP_LEVEL` (the level is ignored when reading)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(gzip, name)
+
+    @staticmethod
+    def GzipFile(*args: Any, **kwargs: Any) -> gzip.GzipFile:  # noqa: N802 - gzip's name
+        kwargs.setdefault("compresslevel", SNAPSHOT_GZIP_LEVEL)
+        return gzip.GzipFile(*args, **kwargs)
+
+
 def install_durable_snapshots() -> None:
     """pysyncobj renames a written or received snapshot into place without a sync;
-    make that rename :func:`durable_replace` (process-wide; only ever safer)."""
+    make that rename :func:`durable_replace` (process-wide; only ever safer), and
+    compress its snapshots at :data:`SNAPSHOT_GZIP_LEVEL`."""
     global _snapshots_durable
     if not _snapshots_durable:
         _serializer_module.atomicReplace = durable_replace
+        _serializer_module.gzip = _FastGzip()
         _snapshots_durable = True

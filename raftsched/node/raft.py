@@ -19,6 +19,7 @@ import contextlib
 import errno
 import logging
 import os
+import random
 import threading
 import time
 from collections import deque
@@ -79,13 +80,24 @@ RAFT_THREAD_NAME = "raftsched-raft"
 #: since its last snapshot before it answers a vote: measured with three nodes restarted
 #: at once on 2 cores, a leader with a quorum came back 3.6-4.0 s after the start with
 #: 10,700 entries to replay (no snapshot), 2.0-2.15 s with snapshots every 5,000, and
-#: 0.8-1.0 s with almost no log. A snapshot is a forked child's work (SNAPSHOT_NICE), so
-#: writing one every 5,000 entries costs the node little (a W1 storm at J = 5,000
-#: commits ~80 entries/s: one snapshot a minute; its runs/s and CPU were unchanged).
+#: 0.8-1.0 s with almost no log. A snapshot is a forked child's work (SNAPSHOT_NICE).
+#: Each node draws its own threshold once, between this and 1.5 times it
+#: (:func:`compaction_entries`): every node's log has the same length, so with one
+#: threshold all three wrote their snapshots at the same moment, and a storm of 5,000
+#: runs/s (~280 entries/s: a snapshot every ~18 s) lost its leader's and both
+#: followers' spare CPU together for ~5 s - the fire times of those seconds were late,
+#: coalesced or skipped for overlap (bench/results/2026-12-04-snapshot-storm.md).
 LOG_COMPACTION_ENTRIES = 5_000
 #: The snapshot writer's niceness: encoding a million jobs takes it ~20 s of CPU that
-#: the live node (commits, heartbeats, runs) should get first.
-SNAPSHOT_NICE = 10
+#: the live node (commits, heartbeats, runs) should get first. (Not SCHED_IDLE: on a
+#: host kept busy a writer that never ran would let the log grow without bound.)
+SNAPSHOT_NICE = 19
+
+
+def compaction_entries(base: int = LOG_COMPACTION_ENTRIES) -> int:
+    """This process's snapshot threshold: ``base`` to ``1.5 * base`` entries, drawn once,
+    so that the members of a cluster write their snapshots at different moments."""
+    return base + random.randrange(base // 2 + 1)
 
 
 def _in_forked_child() -> None:
@@ -216,7 +228,7 @@ class RaftNode(Replica):
             # Restart replays the log since the last snapshot before this node can vote
             # (~0.3 ms per entry with three nodes starting on 2 cores): the cluster's
             # recovery from a restart grows with it (see LOG_COMPACTION_ENTRIES).
-            logCompactionMinEntries=LOG_COMPACTION_ENTRIES,
+            logCompactionMinEntries=compaction_entries(),
             logCompactionMinTime=600,
             commandsWaitLeader=True,
             # Members are added and removed through the log (cluster add-node/remove-node);
