@@ -237,7 +237,8 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         "/metrics; *leader plan ms/s* is the time the leader spent building plans (the tick "
         "that finds due jobs and places them: `raftsched_leader_plan_seconds` delta ÷ "
         "window) and *plans committed* the plan commands it committed in the window.",
-        f"Snapshot: pysyncobj compacts when the log exceeds {LOG_COMPACTION_ENTRIES:,} "
+        f"Snapshot: pysyncobj compacts when the log exceeds {LOG_COMPACTION_ENTRIES:,}-"
+        f"{LOG_COMPACTION_ENTRIES * 3 // 2:,} (drawn per node) "
         "entries (`logCompactionMinEntries`) or after 600 s; a bulk put of N jobs is only "
         "N/batch entries, so the time until the dump appears is the time our writes take "
         f"to reach {LOG_COMPACTION_ENTRIES:,} entries, not a property of N. "
