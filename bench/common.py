@@ -83,6 +83,9 @@ def pysyncobj_problems(c: BenchCluster) -> dict[str, dict[str, int]]:
                 msg = "raft lock held over 20 ms (see the lock table)"
             elif msg.startswith("leader silent for"):
                 msg = "leader silent past the election timeout: waited out"
+            elif msg.startswith(("campaigning in term", "pre-vote granted to",
+                                 "stepped down as leader")):
+                msg = msg.split(" (")[0]
             exc = str(ev.get("exc") or "")
             if exc:
                 msg += " / " + exc.strip().splitlines()[-1][:80]

@@ -629,7 +629,13 @@ class RaftSyncObj(SyncObj):
                                                + self._SyncObj__generateRaftTimeout())
 
     def _rs_allow_election(self, why: str = "") -> None:
-        log.info("campaigning in term %d: %s", self._SyncObj__raftCurrentTerm + 1, why)
+        # Replacing a leader this node knew is rare in a healthy cluster and explains a
+        # term change: a warning. A start (no leader heard yet, or alone) is not.
+        seen = self._rs_leader_seen
+        log.log(logging.WARNING if seen and why != "alone" else logging.INFO,
+                "campaigning in term %d: %s (%s)", self._SyncObj__raftCurrentTerm + 1, why,
+                f"leader last heard {(raft_now() - seen) * 1000:.0f} ms ago" if seen
+                else "no leader heard yet")
         self._rs_prevote_won = True
         self._rs_won_in_term = self._SyncObj__raftCurrentTerm
         self.rs_elections += 1
@@ -677,10 +683,14 @@ class RaftSyncObj(SyncObj):
 
     def _rs_prevote_message(self, node: Any, message: dict[str, Any]) -> None:
         if message["type"] == PREVOTE:
+            granted = self._rs_prevote_grant(node, message)
+            if granted and self._rs_leader_seen:
+                log.warning("pre-vote granted to %s for term %s (leader last heard %.0f ms ago)",
+                            getattr(node, "address", node), message.get("term"),
+                            (raft_now() - self._rs_leader_seen) * 1000)
             self._SyncObj__transport.send(node, {
                 "type": PREVOTE_REPLY, "term": message.get("term"),
-                "round": message.get("round"),
-                "granted": self._rs_prevote_grant(node, message)})
+                "round": message.get("round"), "granted": granted})
             return
         st = _syncobj_module._RAFT_STATE
         if (message.get("term") != self._rs_prevote_term or self._rs_prevote_won

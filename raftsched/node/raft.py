@@ -284,6 +284,9 @@ class RaftNode(Replica):
         if new != _LEADER:
             self.sync._rs_hold_until = 0.0  # a follower forwards at once
         if old == _LEADER and new != _LEADER:
+            # Rare in a healthy cluster, and the first thing to read after a term change.
+            log.warning("stepped down as leader in term %d (now %s)",
+                        int(self.sync.raftCurrentTerm), "candidate" if new == 1 else "follower")
             self.sync.rs_stepped_down()
         if self._on_state_changed is not None:
             try:
