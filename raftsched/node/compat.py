@@ -56,7 +56,8 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__raftState", "_SyncObj__transport",
                         "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
                         "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
-                        "_SyncObj__raftMatchIndex", "_poller")),
+                        "_SyncObj__raftMatchIndex", "_SyncObj__lastResponseTime",
+                        "_poller")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset", "_FileJournal__metaStorer",
@@ -398,6 +399,17 @@ class RaftSyncObj(SyncObj):
                     floor_s=max(conf.raftMinTimeout / 2, 2 * conf.appendEntriesPeriod))
             self._rs_stalls.note(now, gap)
             self._rs_stall_report = self._rs_stalls.longest(now)
+            if gap > conf.raftMinTimeout \
+                    and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
+                # While this thread did not run, its followers' answers could not be
+                # read (and its appends that would have asked for them never left):
+                # their silence is our own stall, not their absence. Check-quorum
+                # (leader fallback) would step a leader down at the first tick after a
+                # stall longer than the fallback (a paused VM, a frozen host); credit
+                # the stall, as the node's liveness timers do.
+                answered = self._SyncObj__lastResponseTime
+                for node in list(answered):
+                    answered[node] = min(now, answered[node] + gap)
         self._rs_last_tick = now
         if not self._rs_adopted:
             self._rs_adopt_journal()

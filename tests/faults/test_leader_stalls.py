@@ -69,3 +69,23 @@ def test_a_leader_that_stalls_while_alive_is_waited_out_not_deposed(tmp_path: Pa
         assert _max_term(c) > term, "without the tolerance the stalls deposed no leader"
     finally:
         c.close()
+
+
+def test_a_whole_cluster_back_from_a_freeze_keeps_its_leader(tmp_path: Path) -> None:
+    """Every replica stops for longer than the leader fallback (a paused VM, a host that
+    froze them all). The leader's check-quorum would count its own stall as its
+    followers' silence and step down the moment it runs again; its stall is credited
+    instead, as its liveness timers are (docs/architecture.md), and the term holds."""
+    c = Cluster(tmp_path, election_ms=ELECTION_MS)
+    try:
+        leader, term = establish(c)
+        c.paused.update(c.nodes)
+        time.sleep(8.6)  # the harness's leader fallback is 8 s; nothing ticks meanwhile
+        c.paused.clear()
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            c.tick()
+        assert _max_term(c) == term, "the leader stepped down after the freeze"
+        assert c.until(c.leader, "leader") == leader
+    finally:
+        c.close()
