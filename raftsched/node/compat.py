@@ -600,7 +600,7 @@ class RaftSyncObj(SyncObj):
             # whose process died closed its connections and is not waited for.
             self.rs_silences_waited += 1
             log.warning("leader silent for %.0f ms: waited out (it reported stalls of %.0f ms)",
-                     (now - self._rs_leader_seen) * 1000, self.rs_leader_stall * 1000)
+                        (now - self._rs_leader_seen) * 1000, self.rs_leader_stall * 1000)
             self._SyncObj__raftElectionDeadline = (
                 self._rs_leader_seen + tolerated
                 + random.uniform(0.0, self._SyncObj__conf.raftMinTimeout / 2))

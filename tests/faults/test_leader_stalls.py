@@ -27,14 +27,8 @@ SHORT_S, LONG_S, RESUME_S = 0.9, 2.2, 1.5
 
 def _stall(c: Cluster, nid: str, seconds: float) -> None:
     """Tick every replica but ``nid`` for ``seconds``, then all for ``RESUME_S``."""
-    c.paused.add(nid)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        c.tick()
-    c.paused.discard(nid)
-    end = time.monotonic() + RESUME_S
-    while time.monotonic() < end:
-        c.tick()
+    c.run_for(seconds, paused=nid)
+    c.run_for(RESUME_S)
 
 
 def _max_term(c: Cluster) -> int:
@@ -82,9 +76,7 @@ def test_a_whole_cluster_back_from_a_freeze_keeps_its_leader(tmp_path: Path) -> 
         c.paused.update(c.nodes)
         time.sleep(8.6)  # the harness's leader fallback is 8 s; nothing ticks meanwhile
         c.paused.clear()
-        end = time.monotonic() + 4.0
-        while time.monotonic() < end:
-            c.tick()
+        c.run_for(4.0)
         assert _max_term(c) == term, "the leader stepped down after the freeze"
         assert c.until(c.leader, "leader") == leader
     finally:

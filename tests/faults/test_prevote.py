@@ -24,17 +24,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
 def _pause(c: Cluster, nid: str, seconds: float) -> None:
     """Tick every replica but ``nid`` for ``seconds``."""
-    c.paused.add(nid)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        c.tick()
-    c.paused.discard(nid)
+    c.run_for(seconds, paused=nid)
 
 
 def _resume(c: Cluster, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        c.tick()
+    c.run_for(seconds)
 
 
 def _terms(c: Cluster) -> set[int]:

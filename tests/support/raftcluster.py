@@ -60,6 +60,19 @@ class Cluster:
             if nid not in self.paused:
                 node.tick(0.002)
 
+    def run_for(self, seconds: float, *, paused: str | None = None) -> None:
+        """Tick every running replica (all but ``paused`` too) for ``seconds``: a
+        replica not ticked is a stall of its Raft thread, exactly as long as asked."""
+        if paused is not None:
+            self.paused.add(paused)
+        try:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                self.tick()
+        finally:
+            if paused is not None:
+                self.paused.discard(paused)
+
     def until(self, cond: Callable[[], Any], what: str) -> Any:
         """Tick the running replicas until ``cond()`` is truthy; fail naming ``what``."""
         deadline = time.monotonic() + DEADLINE_S
