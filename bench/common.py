@@ -59,13 +59,18 @@ class Result:
 
 
 def bulk_batch() -> int:
-    """Specs per ``put_jobs`` call: the node's cap (``raftsched.core.state.MAX_PUT_BATCH``)
-    when it has one, else the 5000 the API allowed when this suite was written."""
-    try:
-        from raftsched.core import state
-        return int(getattr(state, "MAX_PUT_BATCH", 5000))
-    except Exception:  # noqa: BLE001 - the bench must not break on a refactor
-        return 5000
+    """Specs per ``put_jobs`` call: the node's cap (``MAX_PUT_BATCH`` of the tree's
+    ``raftsched.core.machine``, or of ``core.state`` in older trees) when it has one, else
+    the 5000 the API allowed when this suite was written."""
+    import importlib
+    for name in ("raftsched.core.machine", "raftsched.core.state"):
+        try:
+            cap = getattr(importlib.import_module(name), "MAX_PUT_BATCH", None)
+        except Exception:  # noqa: BLE001 - the bench must not break on a refactor
+            continue
+        if cap is not None:
+            return int(cap)
+    return 5000
 
 
 def pysyncobj_problems(c: BenchCluster) -> dict[str, dict[str, int]]:

@@ -27,7 +27,7 @@ from bench.cron_mix import DST_CHANGE_MS, raftsched_spec
 from raftsched.core.codec import decode_command, encode_command
 from raftsched.core.commands import Finish, FinishItem, Start, StartItem, from_wire
 from raftsched.core.leader import MAX_JOBS_PER_PLAN, Capacity, LeaderContext, plan_from, plan_input
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node.plans import MAX_PLANS_IN_FLIGHT
 from raftsched.node.worker import MAX_FINISH_BATCH, MAX_START_BATCH
 

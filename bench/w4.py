@@ -228,7 +228,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         + [["**total**", fmt(bd["total"])]]))
     res.notes += [
         f"Bulk put: `put_jobs` with {bulk_batch()} specs per call (the node's cap, "
-        "`raftsched.core.state.MAX_PUT_BATCH`; the brief asked for 5000, the API now refuses "
+        "`raftsched.core.machine.MAX_PUT_BATCH`; the brief asked for 5000, the API now refuses "
         "more than the cap), one call at a time on one connection to the leader.",
         "RSS/job = (RSS after the step − RSS before any far-future job) ÷ N, per node, "
         "averaged over the three nodes; the target is ≤ 1 KB/job.",
@@ -414,7 +414,7 @@ def _snapshot_phase(c: BenchCluster, leader: str, budget: float) -> dict[str, An
 def _tracemalloc_breakdown(n: int) -> dict[str, Any]:
     import tracemalloc
 
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
 
     st = ClusterState()
     tracemalloc.start()

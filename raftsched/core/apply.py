@@ -3,7 +3,7 @@
 Pure. :func:`plan_apply` compares the desired specs with the current jobs and says, per
 job, what one ``apply`` command would do: ``create``, ``update`` (naming the changed
 fields), leave it ``unchanged`` (no new version), or ``remove`` it (``prune``). The state
-machine (:func:`apply_apply`, which ``ClusterState.apply`` dispatches to) and the node's
+machine (:func:`apply_apply`, which ``StateData.apply`` dispatches to) and the node's
 dry run (``diff_apply``) call the same function, so the diff an operator reviews is the
 change that commits.
 
@@ -26,7 +26,7 @@ from raftsched.core.specprep import KEEP, Checked, CheckedSpec, intern_spec, is_
 from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 #: Jobs an apply may remove (``prune``) in one command: a bounded apply time.
 MAX_REMOVALS = 1000
@@ -151,7 +151,7 @@ class Prepared:
     expected to have (a job whose mark turns out otherwise finds its own)."""
 
 
-def prepare_apply(st: ClusterState, cmd: ApplyJobs) -> Prepared:
+def prepare_apply(st: StateData, cmd: ApplyJobs) -> Prepared:
     """The pure part of an apply: validating, diffing and finding fire times (raises
     :class:`InvalidSpec` as the apply would). ``ClusterState.prepare`` runs it before
     the state lock is taken, where it costs the lock's other users nothing."""
@@ -180,7 +180,7 @@ def prepare_apply(st: ClusterState, cmd: ApplyJobs) -> Prepared:
 class _Current(Mapping[str, tuple[JobSpec, int]]):
     """The state's jobs as ``id -> (spec, version)``, without copying them."""
 
-    def __init__(self, st: ClusterState) -> None:
+    def __init__(self, st: StateData) -> None:
         self.jobs = st.jobs
 
     def __getitem__(self, job_id: str) -> tuple[JobSpec, int]:
@@ -194,7 +194,7 @@ class _Current(Mapping[str, tuple[JobSpec, int]]):
         return len(self.jobs)
 
 
-def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
+def apply_apply(st: StateData, cmd: ApplyJobs, ready: Any = None) -> dict[str, Any]:
     """:class:`~raftsched.core.commands.ApplyJobs`: one all-or-nothing change.
 
     Everything that could refuse it is checked before anything changes: each spec
@@ -203,9 +203,9 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     apply) and ``max_jobs``. Then unchanged jobs are left alone (no new version),
     changed ones are put and, with ``prune``, jobs not in ``specs`` are removed.
     Reply: ``results`` ``[[action, job, version]]`` for what changed, ``unchanged`` (a
-    count)."""
+    count). ``ready``: what :func:`prepare_apply` made of ``cmd`` outside the state
+    lock (the dispatcher's ``take_prepared``), else None."""
     at, expect = cmd.at, cmd.expect
-    ready = st.take_prepared(cmd)
     if isinstance(ready, RaftschedError):
         raise ready.with_traceback(None)
     if not isinstance(ready, Prepared):
@@ -237,7 +237,7 @@ def apply_apply(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
     return {"ok": True, "results": results, "unchanged": len(changes) - len(results)}
 
 
-def _check_graph(st: ClusterState, changes: list[Change]) -> None:
+def _check_graph(st: StateData, changes: list[Change]) -> None:
     """The dependency graph as the whole apply leaves it: every ``after`` names a job
     that will exist, no cycle, and no job removed while a remaining one runs after it."""
     final: dict[str, JobSpec | None] = {
@@ -259,7 +259,7 @@ def _check_graph(st: ClusterState, changes: list[Change]) -> None:
                                         f"remove them or change their after too")
 
 
-def _current(st: ClusterState, job_id: str) -> JobSpec | None:
+def _current(st: StateData, job_id: str) -> JobSpec | None:
     rec = st.jobs.get(job_id)
     return None if rec is None else rec.spec
 

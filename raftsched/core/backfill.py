@@ -5,7 +5,7 @@ fire times of the job's schedule in that range (found by the node that took the 
 outside the state lock, from the job version the command names: a job changed since is
 refused). Its progress is replicated state (:class:`BackfillRecord`): which fire time is
 next and which runs are its own. It moves on inside ``apply`` alone — when it is made,
-and whenever a run of its job ends (:func:`on_run_end`, called by ``claims.end_run``) —
+and whenever a run of its job ends (:func:`on_run_end`, called by ``runs.end_run``) —
 so a failover mid-way loses and doubles nothing: the new leader reads the same record.
 
 Each fire time ``T`` runs once as run ``<job>@<T>``: one already recorded (its id in the
@@ -26,104 +26,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import claims, deps
+from raftsched.core import deps, runs
 from raftsched.core.errors import Conflict, InvalidArgument, LimitExceeded, RaftschedError
 from raftsched.core.model import MissReason, Overlap, RunState, run_id_of
+from raftsched.core.records import (
+    CANCELLED,
+    DONE,
+    KEPT_FINISHED,
+    MAX_ACTIVE,
+    MAX_FIRES,
+    MAX_RUNNING,
+    OVERLAPS,
+    RUNNING,
+    BackfillRecord,
+)
 
 if TYPE_CHECKING:
     from raftsched.core.clientcmds import Backfill, BackfillCancel
     from raftsched.core.records import JobRecord, RunRecord
-    from raftsched.core.state import ClusterState
-
-#: Fire times one backfill may hold (a longer range is several backfills).
-MAX_FIRES = 1000
-#: Backfills running at once, cluster-wide.
-MAX_RUNNING = 8
-#: ``max_active`` of one backfill at most.
-MAX_ACTIVE = 8
-#: Finished (done or cancelled) backfills kept for ``status``; older ones are dropped.
-KEPT_FINISHED = 20
-#: A backfill's ``overlap`` choices.
-OVERLAPS = ("allow", "skip", "queue")
-RUNNING, DONE, CANCELLED = "running", "done", "cancelled"
-
-
-class BackfillRecord:
-    """One backfill in the state (mutable, like the other records; readers get
-    :meth:`view` copies).
-
-    :var id: ``bf-<n>``, ``n`` counting backfills cluster-wide.
-    :var job: the job.
-    :var from_ms: the range asked for (inclusive).
-    :var to_ms: its end (inclusive; not later than when it was asked).
-    :var fires: the fire times of the job's schedule in the range, ascending.
-    :var pos: how many of ``fires`` have been dealt with (run, or counted skipped).
-    :var overlap: ``allow``, ``skip`` or ``queue`` (about the job's on-time runs).
-    :var max_active: runs of this backfill active at once at most.
-    :var rerun: run fire times already recorded again (as new attempts).
-    :var status: ``running``, ``done`` or ``cancelled`` (``state`` in views).
-    :var created_ms: when it was made.
-    :var finished_ms: when it ended (None while running).
-    :var reason: why it was cancelled ("" otherwise).
-    :var active: ids of its runs still active.
-    :var counts: outcome -> fire times (``created``, ``skipped`` recorded before,
-        ``later`` left to the schedule, and each end state of its runs).
-    """
-
-    __slots__ = ("id", "job", "from_ms", "to_ms", "fires", "pos", "overlap", "max_active",
-                 "rerun", "status", "created_ms", "finished_ms", "reason", "active", "counts")
-
-    def __init__(self, *, id: str, job: str, from_ms: int, to_ms: int,  # noqa: A002
-                 fires: tuple[int, ...], overlap: str, max_active: int, rerun: bool,
-                 created_ms: int, pos: int = 0, status: str = RUNNING,
-                 finished_ms: int | None = None, reason: str = "",
-                 active: list[str] | None = None, counts: dict[str, int] | None = None
-                 ) -> None:
-        self.id = id
-        self.job = job
-        self.from_ms = from_ms
-        self.to_ms = to_ms
-        self.fires = fires
-        self.pos = pos
-        self.overlap = overlap
-        self.max_active = max_active
-        self.rerun = rerun
-        self.status = status
-        self.created_ms = created_ms
-        self.finished_ms = finished_ms
-        self.reason = reason
-        self.active = list(active or ())
-        self.counts = dict(counts or {})
-
-    def to_row(self) -> list[Any]:
-        return [self.id, self.job, self.from_ms, self.to_ms, list(self.fires), self.pos,
-                self.overlap, self.max_active, self.rerun, self.status, self.created_ms,
-                self.finished_ms, self.reason, list(self.active),
-                dict(sorted(self.counts.items()))]
-
-    @classmethod
-    def from_row(cls, row: list[Any]) -> BackfillRecord:
-        (id_, job, lo, hi, fires, pos, overlap, max_active, rerun, state, created, finished,
-         reason, active, counts) = row
-        return cls(id=id_, job=job, from_ms=lo, to_ms=hi, fires=tuple(fires), pos=pos,
-                   overlap=overlap, max_active=max_active, rerun=rerun, status=state,
-                   created_ms=created, finished_ms=finished, reason=reason, active=active,
-                   counts=counts)
-
-    def view(self) -> dict[str, Any]:
-        """What ``status``, the API and the dashboard show."""
-        return {"id": self.id, "job": self.job, "from_ms": self.from_ms, "to_ms": self.to_ms,
-                "fire_times": len(self.fires), "done": self.pos - len(self.active),
-                "next_ms": self.fires[self.pos] if self.pos < len(self.fires) else None,
-                "overlap": self.overlap, "max": self.max_active, "rerun": self.rerun,
-                "state": self.status, "created_ms": self.created_ms,
-                "finished_ms": self.finished_ms, "reason": self.reason,
-                "active": list(self.active), "counts": dict(sorted(self.counts.items()))}
-
+    from raftsched.core.state import StateData
 
 # ---------------------------------------------------------------- commands
 
-def apply_backfill(st: ClusterState, cmd: Backfill) -> dict[str, Any]:
+def apply_backfill(st: StateData, cmd: Backfill) -> dict[str, Any]:
     """Make a backfill and start its first runs (see the module docstring)."""
     rec = st.jobs.get(cmd.job)
     if rec is None:
@@ -163,7 +88,7 @@ def check_fires(fires: tuple[int, ...], from_ms: int, to_ms: int, at: int) -> No
         prev = t
 
 
-def apply_cancel(st: ClusterState, cmd: BackfillCancel) -> dict[str, Any]:
+def apply_cancel(st: StateData, cmd: BackfillCancel) -> dict[str, Any]:
     """Cancel a backfill: no further fire time starts, its runs not yet started are
     recorded ``cancelled`` (a started one finishes and is counted)."""
     bf = st.backfills.get(cmd.backfill)
@@ -174,14 +99,14 @@ def apply_cancel(st: ClusterState, cmd: BackfillCancel) -> dict[str, Any]:
         for run_id in list(bf.active):
             run = st.runs.get(run_id)
             if run is not None and run.state != RunState.started.value:
-                claims.end_run(st, run, cmd.at, RunState.cancelled, f"backfill {bf.id} "
+                runs.end_run(st, run, cmd.at, RunState.cancelled, f"backfill {bf.id} "
                                                                      "cancelled")
     return {"ok": True, "backfill": bf.view()}
 
 
 # ---------------------------------------------------------------- progress
 
-def on_run_end(st: ClusterState, rec: JobRecord, run: RunRecord, at: int) -> None:
+def on_run_end(st: StateData, rec: JobRecord, run: RunRecord, at: int) -> None:
     """A run of ``rec`` ended: count it for its backfill, and let the job's running
     backfills move on (a freed place, or no on-time run left to wait for)."""
     bf_id = st.bf_runs.pop(run.run_id, None)
@@ -197,14 +122,14 @@ def on_run_end(st: ClusterState, rec: JobRecord, run: RunRecord, at: int) -> Non
                 advance(st, bf, at)
 
 
-def on_job_change(st: ClusterState, job_id: str, at: int) -> None:
+def on_job_change(st: StateData, job_id: str, at: int) -> None:
     """The job was resumed or removed: its backfills move on or end."""
     for bf in list(st.backfills.values()):
         if bf.status == RUNNING and bf.job == job_id:
             advance(st, bf, at)
 
 
-def advance(st: ClusterState, bf: BackfillRecord, at: int) -> None:
+def advance(st: StateData, bf: BackfillRecord, at: int) -> None:
     """Start fire times of ``bf`` while it has room (bounded: its fire times)."""
     if bf.status != RUNNING:
         return
@@ -236,7 +161,7 @@ def advance(st: ClusterState, bf: BackfillRecord, at: int) -> None:
                 if on_time and bf.overlap == "queue":
                     return  # waits for the job's on-time run to end
                 if on_time and bf.overlap == "skip":
-                    claims.record_miss(st, rec, t, t, 1, RunState.skipped,
+                    runs.record_miss(st, rec, t, t, 1, RunState.skipped,
                                        MissReason.overlap.value, at)
                     _count(bf, "skipped_overlap")
                 else:
@@ -254,7 +179,7 @@ def advance(st: ClusterState, bf: BackfillRecord, at: int) -> None:
         finish(st, bf, DONE, at, "")
 
 
-def _recorded(st: ClusterState, rec: JobRecord) -> dict[int, int]:
+def _recorded(st: StateData, rec: JobRecord) -> dict[int, int]:
     """Fire time -> its last recorded attempt, from the job's kept history (a missed
     range counts for each fire time it covers: looked up by :func:`_covers`)."""
     out: dict[int, int] = {}
@@ -269,7 +194,7 @@ def _count(bf: BackfillRecord, what: str) -> None:
     bf.counts[what] = bf.counts.get(what, 0) + 1
 
 
-def finish(st: ClusterState, bf: BackfillRecord, state: str, at: int, reason: str) -> None:
+def finish(st: StateData, bf: BackfillRecord, state: str, at: int, reason: str) -> None:
     """End ``bf`` and drop the oldest finished backfills beyond ``KEPT_FINISHED``."""
     bf.status, bf.finished_ms, bf.reason = state, at, reason
     finished = [b.id for b in st.backfills.values() if b.status != RUNNING]
@@ -279,17 +204,14 @@ def finish(st: ClusterState, bf: BackfillRecord, state: str, at: int, reason: st
         del st.backfills[old]
 
 
-def job_removed(st: ClusterState, job_id: str, at: int) -> None:
+def job_removed(st: StateData, job_id: str, at: int) -> None:
     """The job was deleted (its runs ended without history): its backfills end."""
     on_job_change(st, job_id, at)
 
 
-def rebuild(st: ClusterState) -> None:
-    """``st.bf_runs`` from the records (after a restore)."""
-    st.bf_runs = {r: bf.id for bf in st.backfills.values() for r in bf.active}
 
 
-def to_snapshot(st: ClusterState) -> dict[str, Any]:
+def to_snapshot(st: StateData) -> dict[str, Any]:
     """The ``backfills`` key (only when there is one: a state without keeps its bytes)."""
     if not st.backfills:
         return {}
@@ -297,7 +219,7 @@ def to_snapshot(st: ClusterState) -> dict[str, Any]:
                           "items": [b.to_row() for b in st.backfills.values()]}}
 
 
-def restore(st: ClusterState, data: Any) -> None:
+def restore(st: StateData, data: Any) -> None:
     if not isinstance(data, dict):
         return
     st.backfill_seq = data["seq"]
@@ -306,7 +228,7 @@ def restore(st: ClusterState, data: Any) -> None:
         st.backfills[bf.id] = bf
 
 
-def views(st: ClusterState) -> list[dict[str, Any]]:
+def views(st: StateData) -> list[dict[str, Any]]:
     """Every kept backfill, newest first."""
     return [b.view() for b in reversed(st.backfills.values())]
 
@@ -314,4 +236,4 @@ def views(st: ClusterState) -> list[dict[str, Any]]:
 __all__ = ["CANCELLED", "DONE", "KEPT_FINISHED", "MAX_ACTIVE", "MAX_FIRES", "MAX_RUNNING",
            "OVERLAPS", "RUNNING", "BackfillRecord", "RaftschedError", "advance",
            "apply_backfill", "apply_cancel", "check_fires", "on_job_change", "on_run_end",
-           "rebuild", "restore", "to_snapshot", "views"]
+           "restore", "to_snapshot", "views"]

@@ -313,7 +313,7 @@ class Backfill(ClientCommand):
 
     @classmethod
     def from_wire(cls, cmd: dict[str, Any]) -> Backfill:
-        from raftsched.core.backfill import MAX_ACTIVE, MAX_FIRES, OVERLAPS
+        from raftsched.core.records import MAX_ACTIVE, MAX_FIRES, OVERLAPS
         job = job_field(cmd)
         ints: dict[str, int] = {}
         for key in ("version", "from_ms", "to_ms", "max_active"):

@@ -1,4 +1,4 @@
-"""msgpack encodings: replicated commands, API frames and state snapshots.
+"""msgpack encodings: replicated commands and state snapshots (API frames: ``wire.framing``).
 
 Every persisted or replicated envelope carries ``"v"``; a reader refuses a version
 newer than it knows instead of guessing. Snapshots are built from rows in a fixed
@@ -8,7 +8,6 @@ produce byte-identical snapshots.
 
 from __future__ import annotations
 
-import struct
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -17,9 +16,9 @@ import msgpack
 
 from raftsched.core import backfill
 from raftsched.core.commands import COMMAND_VERSION, COMMAND_VERSIONS, Command
-from raftsched.core.errors import FrameTooLarge, ProtocolError
+from raftsched.core.errors import ProtocolError
 from raftsched.core.httpspec import HttpSpec
-from raftsched.core.members import MemberRecord
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import (
     NO_ENV,
     JobSpec,
@@ -29,12 +28,11 @@ from raftsched.core.model import (
     Overlap,
     RetrySpec,
 )
-from raftsched.core.notify import BODY_VERSION as NOTIFY_VERSION
-from raftsched.core.notify import NotifySpec, NotifyState
+from raftsched.core.notifydata import BODY_VERSION as NOTIFY_VERSION
+from raftsched.core.notifydata import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
-from raftsched.core.records import JobRecord, NodeRecord, RunRecord
+from raftsched.core.records import JobRecord, MemberRecord, NodeRecord, RunRecord
 from raftsched.core.specext import ConcurrencySpec, DepOn
-from raftsched.core.state import ClusterState
 from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, schedule_to_row
 
 #: Version of state snapshots written by this code. Keys added to a snapshot without
@@ -55,9 +53,6 @@ BOUNDED_SNAPSHOT_VERSION = 2
 UNBOUNDED_SNAPSHOT_VERSION = 1
 #: Versions of state snapshots this code reads.
 SNAPSHOT_VERSIONS = frozenset({1, 2, 3})
-#: Version of API frames.
-WIRE_VERSION = 1
-FRAME_HEADER = struct.Struct(">I")
 
 
 # ------------------------------------------------------------------ commands
@@ -101,21 +96,6 @@ def format_problem(what: str, version: Any, known: frozenset[int]) -> str:
         return (f"{what} format v{version} was written by a newer raftsched; this release "
                 f"reads {span}: upgrade raftsched on this node")
     return f"{what} format {version!r:.20} is not one this release reads ({span})"
-
-
-# ------------------------------------------------------------------ frames
-
-def encode_frame(msg: dict[str, Any]) -> bytes:
-    body = packb(msg)
-    return FRAME_HEADER.pack(len(body)) + body
-
-
-def frame_length(header: bytes, limit: int) -> int:
-    """The body length announced by a 4-byte header; refuses it before any read."""
-    (size,) = FRAME_HEADER.unpack(header)
-    if size > limit:
-        raise FrameTooLarge(size, limit)
-    return size
 
 
 # ------------------------------------------------------------------ specs as rows

@@ -1,7 +1,7 @@
 """The replicated command vocabulary: one frozen class per log operation.
 
 Every change to the cluster state is one of these commands, committed through the
-Raft log and applied by :meth:`raftsched.core.state.ClusterState.apply`. On the wire
+Raft log and applied by :meth:`raftsched.core.machine.ClusterState.apply`. On the wire
 (and in journals) a command is a msgpack map ``{"op": ..., <fields>, "v": 2}``;
 :meth:`Command.encode` writes exactly the bytes the dict form always had (same keys,
 same order), so journals written before these classes existed replay unchanged and

@@ -25,13 +25,13 @@ from raftsched.core.specext import ConcPolicy
 
 if TYPE_CHECKING:
     from raftsched.core.records import JobRecord, RunRecord
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 #: :func:`admission`'s answers.
 RUN, QUEUE, SKIP = "run", "queue", "skip"
 
 
-def admission(st: ClusterState, rec: JobRecord) -> str:
+def admission(st: StateData, rec: JobRecord) -> str:
     """What a new run of ``rec`` does now: ``run`` (a place is free, or no key),
     ``queue`` or ``skip`` (its key is full; by its ``policy``)."""
     conc = rec.spec.concurrency
@@ -43,14 +43,14 @@ def admission(st: ClusterState, rec: JobRecord) -> str:
     return SKIP if conc.policy is ConcPolicy.skip else QUEUE
 
 
-def may_place(st: ClusterState, run: RunRecord) -> bool:
+def may_place(st: StateData, run: RunRecord) -> bool:
     """Whether ``run`` may be assigned a node now (its key has a free claim)."""
     table = st.table
     key = table.job_keys.get(run.job_id)
     return key is None or table.on_node(key) < table.limit(key)
 
 
-def track(st: ClusterState, rec: JobRecord, at: int) -> None:
+def track(st: StateData, rec: JobRecord, at: int) -> None:
     """Index ``rec``'s active runs under its (new) key, after a put."""
     conc = rec.spec.concurrency
     key = None if conc is None else conc.key
@@ -61,13 +61,13 @@ def track(st: ClusterState, rec: JobRecord, at: int) -> None:
                          list(rec.active), at)
 
 
-def untrack(st: ClusterState, job_id: str, at: int) -> None:
+def untrack(st: StateData, job_id: str, at: int) -> None:
     """Forget a removed job's key (its runs ended first)."""
     if job_id in st.table.job_keys:
         st.table.set_job_key(job_id, None, 0, [], at)
 
 
-def key_view(st: ClusterState) -> list[dict[str, object]]:
+def key_view(st: StateData) -> list[dict[str, object]]:
     """Each key: its limit, runs on nodes, holding (incl. pending) and queued."""
     table = st.table
     return [{"key": key, "max": table.limit(key), "running": table.on_node(key),

@@ -1,7 +1,7 @@
 """Dependent jobs in the state machine (``after = ["extract"]``, ``on = ...``).
 
 A dependent job has no fire times of its own. When a run of one of its parents ends
-(:func:`on_run_end`, called by ``claims.end_run`` in the very apply that records the
+(:func:`on_run_end`, called by ``runs.end_run`` in the very apply that records the
 outcome), and every parent's run for that same fire time has ended in an outcome the
 job's ``on`` accepts, one run ``<child>@<that fire time>`` is created — deterministically
 on every replica, so no leader command and no window lies between the parent's outcome
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
-from raftsched.core import claims, conc
+from raftsched.core import conc, runs
 from raftsched.core.errors import Conflict, InvalidSpec
 from raftsched.core.misses import overlap_decision
 from raftsched.core.model import MissReason, Overlap, RunState, run_id_of
@@ -32,14 +32,14 @@ from raftsched.core.specext import ON_STATES
 if TYPE_CHECKING:
     from raftsched.core.model import JobSpec
     from raftsched.core.records import JobRecord, RunRecord
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 _MISSED, _SKIPPED = RunState.missed, RunState.skipped
 
 
 # ---------------------------------------------------------------- the graph
 
-def index(st: ClusterState, spec: JobSpec, old: JobSpec | None) -> None:
+def index(st: StateData, spec: JobSpec, old: JobSpec | None) -> None:
     """Keep ``st.dependents`` (parent id -> its dependents' ids) in step with a put of
     ``spec`` over ``old`` (None: a new job), or a removal (``spec`` is ``old``, and
     ``old`` None... see :func:`unindex`)."""
@@ -49,7 +49,7 @@ def index(st: ClusterState, spec: JobSpec, old: JobSpec | None) -> None:
         st.dependents.setdefault(parent, set()).add(spec.id)
 
 
-def unindex(st: ClusterState, spec: JobSpec) -> None:
+def unindex(st: StateData, spec: JobSpec) -> None:
     for parent in spec.after:
         kids = st.dependents.get(parent)
         if kids is not None:
@@ -58,14 +58,9 @@ def unindex(st: ClusterState, spec: JobSpec) -> None:
                 del st.dependents[parent]
 
 
-def rebuild(st: ClusterState) -> None:
-    """``st.dependents`` from the jobs (after a restore)."""
-    st.dependents = {}
-    for rec in st.jobs.values():
-        index(st, rec.spec, None)
 
 
-def check_graph(st: ClusterState, spec: JobSpec,
+def check_graph(st: StateData, spec: JobSpec,
                 overlay: Mapping[str, JobSpec | None] | None = None) -> None:
     """Refuse (naming ``after``) a put of ``spec`` whose parents are unknown or that
     would close a cycle. ``overlay``: the jobs a batch puts (a spec) or removes (None)
@@ -91,7 +86,7 @@ def check_graph(st: ClusterState, spec: JobSpec,
             stack.extend((p, (*path, p)) for p in found.after)
 
 
-def check_removal(st: ClusterState, job_id: str, removing: Collection[str] = ()) -> None:
+def check_removal(st: StateData, job_id: str, removing: Collection[str] = ()) -> None:
     """Refuse (naming ``after``) removing a job that others (not removed with it) run
     after."""
     kids = sorted(k for k in st.dependents.get(job_id, ()) if k not in removing)
@@ -100,7 +95,7 @@ def check_removal(st: ClusterState, job_id: str, removing: Collection[str] = ())
                                 f"them or change their after first")
 
 
-def _lookup(st: ClusterState, overlay: Mapping[str, JobSpec | None],
+def _lookup(st: StateData, overlay: Mapping[str, JobSpec | None],
             spec: JobSpec) -> Callable[[str], JobSpec | None]:
     def lookup(job_id: str) -> JobSpec | None:
         if job_id == spec.id:
@@ -114,7 +109,7 @@ def _lookup(st: ClusterState, overlay: Mapping[str, JobSpec | None],
 
 # ---------------------------------------------------------------- runs
 
-def outcome_of(st: ClusterState, job_id: str, scheduled_ms: int) -> str | None:
+def outcome_of(st: StateData, job_id: str, scheduled_ms: int) -> str | None:
     """The recorded outcome of ``job_id``'s fire time ``scheduled_ms``, or None while it
     is active or has none (the newest record of its id is its final one: the failed
     attempts of a retried run are pushed before it)."""
@@ -128,7 +123,7 @@ def outcome_of(st: ClusterState, job_id: str, scheduled_ms: int) -> str | None:
     return None
 
 
-def on_run_end(st: ClusterState, rec: JobRecord, run: RunRecord, at: int) -> None:
+def on_run_end(st: StateData, rec: JobRecord, run: RunRecord, at: int) -> None:
     """A run of ``rec`` ended in ``run.state``: make the runs of its dependents whose
     every parent has now ended matching for ``run.scheduled_ms``."""
     kids = st.dependents.get(rec.spec.id)
@@ -151,7 +146,7 @@ def on_run_end(st: ClusterState, rec: JobRecord, run: RunRecord, at: int) -> Non
                    note=f"after {rec.spec.id}")
 
 
-def create_run(st: ClusterState, rec: JobRecord, sched: int, at: int, *, overlap: Overlap,
+def create_run(st: StateData, rec: JobRecord, sched: int, at: int, *, overlap: Overlap,
                note: str, attempt: int = 1) -> RunRecord | None:
     """A run of ``rec`` for fire time ``sched`` made outside the leader's plan (a
     dependent's, a backfill's), through the same gates as a planned one: paused (recorded
@@ -160,29 +155,29 @@ def create_run(st: ClusterState, rec: JobRecord, sched: int, at: int, *, overlap
     Its grace counts from ``at`` (it may be for a fire time long past)."""
     active = [(r, st.runs[r].state) for r in rec.active]
     if rec.spec.paused:
-        claims.record_miss(st, rec, sched, sched, 1, _MISSED, MissReason.paused.value, at)
+        runs.record_miss(st, rec, sched, sched, 1, _MISSED, MissReason.paused.value, at)
         return None
     decision = overlap_decision(overlap, active)
-    if decision.action == "skip" or len(rec.active) >= claims.MAX_ACTIVE_PER_JOB:
-        claims.record_miss(st, rec, sched, sched, 1, _SKIPPED, MissReason.overlap.value, at)
+    if decision.action == "skip" or len(rec.active) >= runs.MAX_ACTIVE_PER_JOB:
+        runs.record_miss(st, rec, sched, sched, 1, _SKIPPED, MissReason.overlap.value, at)
         return None
     for run_id in decision.cancel:
-        claims.end_run(st, st.runs[run_id], at, RunState.cancelled, "replaced")
+        runs.end_run(st, st.runs[run_id], at, RunState.cancelled, "replaced")
     admitted = conc.admission(st, rec)
     if admitted == conc.SKIP:
-        claims.record_miss(st, rec, sched, sched, 1, _SKIPPED,
+        runs.record_miss(st, rec, sched, sched, 1, _SKIPPED,
                            MissReason.concurrency.value, at)
         return None
     by_overlap = decision.action == "queue"
     waits = by_overlap or admitted == conc.QUEUE
-    run = claims.new_run(st, rec, sched, at,
+    run = runs.new_run(st, rec, sched, at,
                          state=RunState.queued if waits else RunState.pending,
                          reason=CONC_WAIT if waits and not by_overlap else "",
                          note=note, not_before=at, attempt=attempt)
     if by_overlap:
-        claims.release_queued(st, rec, at)
+        runs.release_queued(st, rec, at)
     return run
 
 
 __all__ = ["check_graph", "check_removal", "create_run", "index", "on_run_end", "outcome_of",
-           "rebuild", "unindex"]
+           "unindex"]

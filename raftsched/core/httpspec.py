@@ -19,7 +19,7 @@ from typing import Any
 
 from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
-from raftsched.core.notify import MAX_URL, check_url
+from raftsched.core.notifydata import MAX_URL, check_url
 
 #: The methods a job may use (CONNECT and TRACE are for proxies and debugging).
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

@@ -1,7 +1,7 @@
 """The job commands of the state machine: put (one, bulk), delete, pause, resume, trigger.
 
-Split from :mod:`raftsched.core.state`, which dispatches to these handlers. Every
-function here runs inside ``ClusterState.apply`` — pure, deterministic, time from the
+Handlers the dispatcher (:mod:`raftsched.core.machine`) routes commands to. Every
+function here runs inside ``StateData.apply`` — pure, deterministic, time from the
 command — and raises :class:`~raftsched.core.errors.RaftschedError` to refuse (apply
 turns that into the reply), so a refused command must change nothing before it raises.
 """
@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import backfill, claims, conc, deps
-from raftsched.core.claims import MAX_ACTIVE_PER_JOB
+from raftsched.core import backfill, conc, deps, runs
 from raftsched.core.cmdbase import BOUNDS_VERSION, DEPS_VERSION
 from raftsched.core.commands import (
     PAST_AT_VERSION,
@@ -44,19 +43,20 @@ from raftsched.core.model import (
     run_id_of,
 )
 from raftsched.core.records import JobRecord
+from raftsched.core.runs import MAX_ACTIVE_PER_JOB
 from raftsched.core.runtable import CONC_WAIT
 from raftsched.core.specprep import CheckedSpec, checked_spec
 from raftsched.core.trigger import AtSchedule, Schedule, latest_fire_at_or_before, next_fire
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 
-def apply_put_job(st: ClusterState, cmd: PutJob) -> dict[str, Any]:
+def apply_put_job(st: StateData, cmd: PutJob) -> dict[str, Any]:
     return put_spec(st, checked_spec(cmd.spec, cmd.checked, 0), cmd.max_jobs, cmd.at, cmd.v)
 
 
-def put_spec(st: ClusterState, ready: CheckedSpec, max_jobs: int | None, at: int,
+def put_spec(st: StateData, ready: CheckedSpec, max_jobs: int | None, at: int,
              v: int, if_changed: bool = False, *,
              graph: Mapping[str, JobSpec | None] | None = None,
              checked: bool = False) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def put_spec(st: ClusterState, ready: CheckedSpec, max_jobs: int | None, at: int
     return {"ok": True, "job": spec.id, "version": rec.version, "created": created}
 
 
-def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
+def apply_put_jobs(st: StateData, cmd: PutJobs) -> dict[str, Any]:
     """Bulk import: each spec is put on its own (one bad spec refuses only itself),
     or with ``atomic`` all of them or none (a job file is one change)."""
     if cmd.atomic:
@@ -123,7 +123,7 @@ def apply_put_jobs(st: ClusterState, cmd: PutJobs) -> dict[str, Any]:
     return {"ok": True, "results": results}
 
 
-def _check_all(st: ClusterState, cmd: PutJobs, max_jobs: int | None, at: int,
+def _check_all(st: StateData, cmd: PutJobs, max_jobs: int | None, at: int,
                v: int) -> None:
     """Raise (changing nothing) unless every spec of an atomic put would be accepted:
     each valid, no id twice, and the new ones within ``max_jobs``. What ``put_spec``
@@ -159,7 +159,7 @@ def _check_all(st: ClusterState, cmd: PutJobs, max_jobs: int | None, at: int,
                                         f"{new} more would exceed {max_jobs}")
 
 
-def apply_delete_job(st: ClusterState, cmd: DeleteJob, *,
+def apply_delete_job(st: StateData, cmd: DeleteJob, *,
                      checked: bool = False) -> dict[str, Any]:
     """``checked``: the caller checked that no job left runs after it (an apply)."""
     rec, at = job_of(st, cmd.job), cmd.at
@@ -171,7 +171,7 @@ def apply_delete_job(st: ClusterState, cmd: DeleteJob, *,
     if not checked:
         deps.check_removal(st, rec.spec.id)
     for run_id in list(rec.active):
-        claims.end_run(st, st.runs[run_id], at, RunState.cancelled, "job removed",
+        runs.end_run(st, st.runs[run_id], at, RunState.cancelled, "job removed",
                        keep_history=False)
     del st.jobs[rec.spec.id]
     st.history.pop(rec.spec.id, None)
@@ -183,7 +183,7 @@ def apply_delete_job(st: ClusterState, cmd: DeleteJob, *,
     return {"ok": True, "job": rec.spec.id}
 
 
-def apply_pause(st: ClusterState, cmd: Pause) -> dict[str, Any]:
+def apply_pause(st: StateData, cmd: Pause) -> dict[str, Any]:
     rec, at = job_of(st, cmd.job), cmd.at
     if not rec.spec.paused:
         rec.spec = replace_paused(rec.spec, True)
@@ -193,12 +193,12 @@ def apply_pause(st: ClusterState, cmd: Pause) -> dict[str, Any]:
         for run_id in list(rec.active):
             run = st.runs[run_id]
             if run.state != RunState.started.value:
-                claims.end_run(st, run, at, RunState.cancelled, MissReason.paused.value)
+                runs.end_run(st, run, at, RunState.cancelled, MissReason.paused.value)
         st.effects.append(JobPaused(rec.spec.id))
     return {"ok": True, "job": rec.spec.id, "version": rec.version}
 
 
-def apply_resume(st: ClusterState, cmd: Resume) -> dict[str, Any]:
+def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
     rec, at = job_of(st, cmd.job), cmd.at
     catch_up, count = cmd.catch_up, cmd.missed
     if rec.spec.paused:
@@ -209,7 +209,7 @@ def apply_resume(st: ClusterState, cmd: Resume) -> dict[str, Any]:
             first = next_fire(rec.spec.schedule, rec.hwm_ms)
             if first is not None and first <= at and count > 0:
                 last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at)
-                claims.record_miss(st, rec, first, last or first, count, RunState.missed,
+                runs.record_miss(st, rec, first, last or first, count, RunState.missed,
                                    MissReason.paused.value, at)
             rec.hwm_ms = max(rec.hwm_ms, at)
         st.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
@@ -219,7 +219,7 @@ def apply_resume(st: ClusterState, cmd: Resume) -> dict[str, Any]:
     return {"ok": True, "job": rec.spec.id, "version": rec.version}
 
 
-def apply_trigger(st: ClusterState, cmd: Trigger) -> dict[str, Any]:
+def apply_trigger(st: StateData, cmd: Trigger) -> dict[str, Any]:
     rec, at, force = job_of(st, cmd.job), cmd.at, cmd.force
     if rec.spec.paused and not force:
         raise Conflict(rec.spec.id, "job is paused (use --force to run it anyway)")
@@ -241,12 +241,12 @@ def apply_trigger(st: ClusterState, cmd: Trigger) -> dict[str, Any]:
         if overlap is Overlap.queue:
             if any(r.state == RunState.queued.value for r in running):
                 raise Conflict(rec.spec.id, "a run is already queued (overlap = queue)")
-            run = claims.new_run(st, rec, sched, at, manual=True,
+            run = runs.new_run(st, rec, sched, at, manual=True,
                                  state=RunState.queued)
             return {"ok": True, "run_id": run.run_id, "state": run.state}
         if overlap is Overlap.replace:
             for r in running:
-                claims.end_run(st, r, at, RunState.cancelled, "replaced by trigger")
+                runs.end_run(st, r, at, RunState.cancelled, "replaced by trigger")
     if len(rec.active) >= MAX_ACTIVE_PER_JOB:
         raise LimitExceeded("max_active_runs", f"{rec.spec.id} has {len(rec.active)}")
     admitted = conc.admission(st, rec)
@@ -254,13 +254,13 @@ def apply_trigger(st: ClusterState, cmd: Trigger) -> dict[str, Any]:
         raise Conflict("concurrency", f"key {rec.spec.concurrency.key} is at its max "  # type: ignore[union-attr]
                                       "(policy = skip; use --force to queue it)")
     waits = admitted != conc.RUN
-    run = claims.new_run(st, rec, sched, at, manual=True,
+    run = runs.new_run(st, rec, sched, at, manual=True,
                          state=RunState.queued if waits else RunState.pending,
                          reason=CONC_WAIT if waits else "")
     return {"ok": True, "run_id": run_id, "state": run.state}
 
 
-def job_of(st: ClusterState, job_id: str) -> JobRecord:
+def job_of(st: StateData, job_id: str) -> JobRecord:
     rec = st.jobs.get(job_id)
     if rec is None:
         raise UnknownJob(job_id)

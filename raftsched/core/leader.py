@@ -31,7 +31,7 @@ from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
     from raftsched.core.model import JobSpec
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 #: Due jobs read (under the lock) and examined per plan; the rest wait for the next plan,
 #: which the leader makes at once. Reading one costs ~4 us, applying its run ~12 us
@@ -96,7 +96,7 @@ class LeaderContext:
     budget: int = MAX_RUNS_PER_PLAN
 
 
-def capacities(st: ClusterState, unavailable: Collection[str] = ()) -> tuple[Capacity, ...]:
+def capacities(st: StateData, unavailable: Collection[str] = ()) -> tuple[Capacity, ...]:
     """The nodes that may take work, by id: alive and not draining in the state, and
     not ``unavailable`` (to the leader: lost, or cut off from it), with their load."""
     return tuple(
@@ -193,7 +193,7 @@ class PlanInput:
     keys: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def plan_input(st: ClusterState, horizon_ms: int, *, skip_jobs: Collection[str] = (),
+def plan_input(st: StateData, horizon_ms: int, *, skip_jobs: Collection[str] = (),
                skip_runs: Collection[str] = ()) -> PlanInput:
     """Copy what a plan up to ``horizon_ms`` reads (call with the state lock held):
     at most ``MAX_RUNS_PER_PLAN`` pending runs and ``MAX_JOBS_PER_PLAN`` due jobs,
@@ -250,7 +250,7 @@ def unfit(tags: tuple[str, ...], live: list[Capacity],
     return members.unplaceable(tags, member_tags) or MissReason.no_node.value
 
 
-def plan(st: ClusterState, ctx: LeaderContext) -> Plan | None:
+def plan(st: StateData, ctx: LeaderContext) -> Plan | None:
     """One batch of assignments and miss records (see module doc)."""
     return plan_from(plan_input(st, ctx.now_ms + ctx.lookahead_ms), ctx)
 

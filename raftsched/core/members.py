@@ -20,46 +20,14 @@ from raftsched.core import claims
 from raftsched.core.effects import MemberRemoved, MembersChanged
 from raftsched.core.errors import Conflict, InvalidArgument
 from raftsched.core.model import MissReason
+from raftsched.core.records import ACTIVE, REMOVED, MemberRecord
 
 if TYPE_CHECKING:
     from raftsched.core.commands import Member
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
-ACTIVE = "active"
-REMOVED = "removed"
 _ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ADDR_RE = re.compile(r"\S{3,300}")
-
-
-class MemberRecord:
-    """One member of the cluster.
-
-    :var node_id: the node's id.
-    :var raft: its Raft ``host:port`` (pysyncobj's name for it).
-    :var api: its API ``host:port``.
-    :var status: ``active`` or ``removed``.
-    :var since_ms: when it got that status (the proposer's clock).
-    """
-
-    __slots__ = ("node_id", "raft", "api", "status", "since_ms")
-
-    def __init__(self, *, node_id: str, raft: str, api: str, status: str, since_ms: int) -> None:
-        self.node_id = node_id
-        self.raft = raft
-        self.api = api
-        self.status = status
-        self.since_ms = since_ms
-
-    def to_row(self) -> list[Any]:
-        return [self.node_id, self.raft, self.api, self.status, self.since_ms]
-
-    @classmethod
-    def from_row(cls, row: list[Any]) -> MemberRecord:
-        node_id, raft, api, status, since, *_ = row
-        return cls(node_id=node_id, raft=raft, api=api, status=status, since_ms=since)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(zip(self.__slots__, self.to_row(), strict=True))
 
 
 def _member_fields(item: Any, where: str) -> tuple[str, str, str]:
@@ -74,16 +42,16 @@ def _member_fields(item: Any, where: str) -> tuple[str, str, str]:
     return node_id, raft, api  # type: ignore[return-value]
 
 
-def active(st: ClusterState) -> list[MemberRecord]:
+def active(st: StateData) -> list[MemberRecord]:
     return [m for _, m in sorted(st.members.items()) if m.status == ACTIVE]
 
 
-def is_removed(st: ClusterState, node_id: str) -> bool:
+def is_removed(st: StateData, node_id: str) -> bool:
     rec = st.members.get(node_id)
     return rec is not None and rec.status == REMOVED
 
 
-def member_tags(st: ClusterState) -> tuple[frozenset[str], ...] | None:
+def member_tags(st: StateData) -> tuple[frozenset[str], ...] | None:
     """The tags of every member, as its heartbeats declared them; None while an active
     member has sent none yet: its tags are unknown, so nothing may be called
     unplaceable for want of them."""
@@ -102,7 +70,7 @@ def unplaceable(tags: tuple[str, ...], tagsets: tuple[frozenset[str], ...] | Non
     return f"{MissReason.unplaceable.value}: no member has tags [{', '.join(tags)}]"
 
 
-def apply_member(st: ClusterState, cmd: Member) -> dict[str, Any]:
+def apply_member(st: StateData, cmd: Member) -> dict[str, Any]:
     action, at = cmd.action, cmd.at
     if action == "seed":
         items = list(cmd.members)
@@ -141,7 +109,7 @@ def apply_member(st: ClusterState, cmd: Member) -> dict[str, Any]:
     return {"ok": True, "node": node_id, "status": REMOVED, "raft": rec.raft, "api": rec.api}
 
 
-def _add(st: ClusterState, rec: MemberRecord | None, node_id: str, raft: str, api: str,
+def _add(st: StateData, rec: MemberRecord | None, node_id: str, raft: str, api: str,
          at: int) -> dict[str, Any]:
     if rec is not None:
         if rec.status == REMOVED:

@@ -16,7 +16,7 @@ from typing import Any
 from raftsched.core.durations import format_duration, parse_duration
 from raftsched.core.errors import InvalidSpec, unknown_hint
 from raftsched.core.httpspec import HttpSpec
-from raftsched.core.notify import NotifySpec
+from raftsched.core.notifydata import NotifySpec
 from raftsched.core.specext import (
     ConcurrencySpec,
     DepOn,

@@ -1,8 +1,8 @@
 """The node and cluster commands of the state machine: heartbeats, the leader record,
 read barriers, drain and leadership transfer.
 
-Split from :mod:`raftsched.core.state`, which dispatches to these handlers. Every
-function here runs inside ``ClusterState.apply`` — pure, deterministic, time from the
+Handlers the dispatcher (:mod:`raftsched.core.machine`) routes commands to. Every
+function here runs inside ``StateData.apply`` — pure, deterministic, time from the
 command — and raises :class:`~raftsched.core.errors.RaftschedError` to refuse.
 """
 
@@ -29,10 +29,10 @@ from raftsched.core.records import DEAD_KEPT, NodeRecord
 CERTIFIED = "node crashed (certified)"
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.state import StateData
 
 
-def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
+def apply_heartbeat(st: StateData, cmd: Heartbeat) -> dict[str, Any]:
     node_id, boot, slots, queue, at = cmd.node, cmd.boot, cmd.slots, cmd.queue, cmd.at
     tags, api, pid = cmd.tags, cmd.api, cmd.pid
     if members.is_removed(st, node_id):
@@ -62,7 +62,7 @@ def apply_heartbeat(st: ClusterState, cmd: Heartbeat) -> dict[str, Any]:
     return {"ok": True}
 
 
-def apply_certify(st: ClusterState, cmd: Certify) -> dict[str, Any]:
+def apply_certify(st: StateData, cmd: Certify) -> dict[str, Any]:
     """A death certificate (:class:`~raftsched.core.commands.Certify`): the named
     incarnation is dead and nothing of it runs, so its claims are released now, not
     when its lease has provably ended. Its started runs follow ``on_node_lost`` (a new
@@ -99,7 +99,7 @@ def apply_certify(st: ClusterState, cmd: Certify) -> dict[str, Any]:
     return {"ok": True, "released": released, "already": False}
 
 
-def apply_leader(st: ClusterState, cmd: LeaderRecord) -> dict[str, Any]:
+def apply_leader(st: StateData, cmd: LeaderRecord) -> dict[str, Any]:
     node_id, term, skew, at = cmd.node, cmd.term, cmd.skew, cmd.at
     lead = st.leader
     if term < lead["term"]:
@@ -123,13 +123,13 @@ def apply_leader(st: ClusterState, cmd: LeaderRecord) -> dict[str, Any]:
     return {"ok": True}
 
 
-def apply_read(st: ClusterState, cmd: Read) -> dict[str, Any]:
+def apply_read(st: StateData, cmd: Read) -> dict[str, Any]:
     """A read barrier (raftsched/node/reads.py): its apply on a node proves that node
     has applied everything committed before it. Changes nothing."""
     return {"ok": True}
 
 
-def apply_drain(st: ClusterState, cmd: Drain) -> dict[str, Any]:
+def apply_drain(st: StateData, cmd: Drain) -> dict[str, Any]:
     """An operator drains (or undrains) a node: the leader places nothing new on a
     draining node and hands leadership away from it; its running runs finish."""
     node_id, draining = cmd.node, cmd.draining
@@ -142,7 +142,7 @@ def apply_drain(st: ClusterState, cmd: Drain) -> dict[str, Any]:
     return {"ok": True, "node": node_id, "draining": draining}
 
 
-def apply_transfer(st: ClusterState, cmd: Transfer) -> dict[str, Any]:
+def apply_transfer(st: StateData, cmd: Transfer) -> dict[str, Any]:
     """Ask the leader (whichever it is when this applies) to hand leadership to
     ``to`` (a node id) or, when ``to`` is None, to the most caught-up peer."""
     to = cmd.to

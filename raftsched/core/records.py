@@ -1,7 +1,7 @@
 """The records held by the replicated state, and their msgpack-friendly forms.
 
 These are mutable ``__slots__`` classes on purpose: they live only inside
-:class:`raftsched.core.state.ClusterState`, are changed by ``apply`` thousands of times a
+:class:`raftsched.core.machine.ClusterState`, are changed by ``apply`` thousands of times a
 second, and are never handed out — readers get ``to_dict()`` copies. Everything
 public (specs, events, statistics) is a frozen dataclass.
 """
@@ -266,3 +266,129 @@ class NodeRecord:
 #: Certified-dead incarnations a node record remembers (each refuses its own late
 #: heartbeats; an incarnation older than these has been dead for several restarts).
 DEAD_KEPT = 4
+
+
+# ---------------------------------------------------------------- members
+
+#: A member's ``status``.
+ACTIVE = "active"
+REMOVED = "removed"
+
+
+class MemberRecord:
+    """One member of the cluster.
+
+    :var node_id: the node's id.
+    :var raft: its Raft ``host:port`` (pysyncobj's name for it).
+    :var api: its API ``host:port``.
+    :var status: ``active`` or ``removed``.
+    :var since_ms: when it got that status (the proposer's clock).
+    """
+
+    __slots__ = ("node_id", "raft", "api", "status", "since_ms")
+
+    def __init__(self, *, node_id: str, raft: str, api: str, status: str, since_ms: int) -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.api = api
+        self.status = status
+        self.since_ms = since_ms
+
+    def to_row(self) -> list[Any]:
+        return [self.node_id, self.raft, self.api, self.status, self.since_ms]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> MemberRecord:
+        node_id, raft, api, status, since, *_ = row
+        return cls(node_id=node_id, raft=raft, api=api, status=status, since_ms=since)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(zip(self.__slots__, self.to_row(), strict=True))
+
+
+# ---------------------------------------------------------------- backfills
+
+#: Fire times one backfill may hold (a longer range is several backfills).
+MAX_FIRES = 1000
+#: Backfills running at once, cluster-wide.
+MAX_RUNNING = 8
+#: ``max_active`` of one backfill at most.
+MAX_ACTIVE = 8
+#: Finished (done or cancelled) backfills kept for ``status``; older ones are dropped.
+KEPT_FINISHED = 20
+#: A backfill's ``overlap`` choices.
+OVERLAPS = ("allow", "skip", "queue")
+RUNNING, DONE, CANCELLED = "running", "done", "cancelled"
+
+
+class BackfillRecord:
+    """One backfill in the state (mutable, like the other records; readers get
+    :meth:`view` copies).
+
+    :var id: ``bf-<n>``, ``n`` counting backfills cluster-wide.
+    :var job: the job.
+    :var from_ms: the range asked for (inclusive).
+    :var to_ms: its end (inclusive; not later than when it was asked).
+    :var fires: the fire times of the job's schedule in the range, ascending.
+    :var pos: how many of ``fires`` have been dealt with (run, or counted skipped).
+    :var overlap: ``allow``, ``skip`` or ``queue`` (about the job's on-time runs).
+    :var max_active: runs of this backfill active at once at most.
+    :var rerun: run fire times already recorded again (as new attempts).
+    :var status: ``running``, ``done`` or ``cancelled`` (``state`` in views).
+    :var created_ms: when it was made.
+    :var finished_ms: when it ended (None while running).
+    :var reason: why it was cancelled ("" otherwise).
+    :var active: ids of its runs still active.
+    :var counts: outcome -> fire times (``created``, ``skipped`` recorded before,
+        ``later`` left to the schedule, and each end state of its runs).
+    """
+
+    __slots__ = ("id", "job", "from_ms", "to_ms", "fires", "pos", "overlap", "max_active",
+                 "rerun", "status", "created_ms", "finished_ms", "reason", "active", "counts")
+
+    def __init__(self, *, id: str, job: str, from_ms: int, to_ms: int,  # noqa: A002
+                 fires: tuple[int, ...], overlap: str, max_active: int, rerun: bool,
+                 created_ms: int, pos: int = 0, status: str = RUNNING,
+                 finished_ms: int | None = None, reason: str = "",
+                 active: list[str] | None = None, counts: dict[str, int] | None = None
+                 ) -> None:
+        self.id = id
+        self.job = job
+        self.from_ms = from_ms
+        self.to_ms = to_ms
+        self.fires = fires
+        self.pos = pos
+        self.overlap = overlap
+        self.max_active = max_active
+        self.rerun = rerun
+        self.status = status
+        self.created_ms = created_ms
+        self.finished_ms = finished_ms
+        self.reason = reason
+        self.active = list(active or ())
+        self.counts = dict(counts or {})
+
+    def to_row(self) -> list[Any]:
+        return [self.id, self.job, self.from_ms, self.to_ms, list(self.fires), self.pos,
+                self.overlap, self.max_active, self.rerun, self.status, self.created_ms,
+                self.finished_ms, self.reason, list(self.active),
+                dict(sorted(self.counts.items()))]
+
+    @classmethod
+    def from_row(cls, row: list[Any]) -> BackfillRecord:
+        (id_, job, lo, hi, fires, pos, overlap, max_active, rerun, state, created, finished,
+         reason, active, counts) = row
+        return cls(id=id_, job=job, from_ms=lo, to_ms=hi, fires=tuple(fires), pos=pos,
+                   overlap=overlap, max_active=max_active, rerun=rerun, status=state,
+                   created_ms=created, finished_ms=finished, reason=reason, active=active,
+                   counts=counts)
+
+    def view(self) -> dict[str, Any]:
+        """What ``status``, the API and the dashboard show."""
+        return {"id": self.id, "job": self.job, "from_ms": self.from_ms, "to_ms": self.to_ms,
+                "fire_times": len(self.fires), "done": self.pos - len(self.active),
+                "next_ms": self.fires[self.pos] if self.pos < len(self.fires) else None,
+                "overlap": self.overlap, "max": self.max_active, "rerun": self.rerun,
+                "state": self.status, "created_ms": self.created_ms,
+                "finished_ms": self.finished_ms, "reason": self.reason,
+                "active": list(self.active), "counts": dict(sorted(self.counts.items()))}

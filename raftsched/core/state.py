@@ -1,16 +1,10 @@
-"""The replicated state machine: what the cluster agrees on, and the one dispatcher
-that applies a command to it.
+"""What the cluster agrees on: the replicated state as data, its derived indexes and its
+reads — the bottom of the core's stack.
 
-The command handlers live with their subject (:mod:`~raftsched.core.jobs`,
-:mod:`~raftsched.core.nodes`, :mod:`~raftsched.core.claims`,
-:mod:`~raftsched.core.members`, :mod:`~raftsched.core.notify`,
-:mod:`~raftsched.core.apply`); this module holds the state, the checks every command
-passes first (time, proposer term, request-id dedupe) and the reads.
-
-Pure and deterministic: :meth:`ClusterState.apply` takes one command dict (already
-decoded from msgpack) and returns a reply dict; it reads no clock, does no I/O and
-never raises — a command that cannot be applied is rejected and changes nothing.
-Times come inside the command (epoch ms stamped by the sender).
+The command handlers above it (:mod:`~raftsched.core.runs`, :mod:`~raftsched.core.claims`,
+:mod:`~raftsched.core.jobs`, :mod:`~raftsched.core.nodes`, ...) change it, and the
+dispatcher on top (:mod:`~raftsched.core.machine`, whose ``ClusterState`` is this class
+with ``apply``) routes each command to its handler. Nothing here imports a handler.
 
 Claims: every assignment takes a new value of the cluster-wide ``fence`` counter;
 ``start`` and ``finish`` are accepted only with the run's current fence and from the
@@ -18,37 +12,21 @@ node it is assigned to. The per-job high-water mark makes a second assignment of
 same fire time impossible, whichever leader proposes it.
 
 Each accepted change appends an *effect* record (:mod:`raftsched.core.effects`) to
-``self.effects``; the node drains
-them after apply to wake its worker, write events and count metrics. Effects are
-not state: they are never snapshotted.
+``self.effects``; the node drains them after apply to wake its worker, write events
+and count metrics. Effects are not state: they are never snapshotted.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import OrderedDict, deque
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
-from raftsched.core import apply as declarative
-from raftsched.core import backfill, claims, deps, jobs, members, nodes, notify
-from raftsched.core.cmdbase import DEPS_VERSION, REFUSAL_REMEMBERED_VERSION
-from raftsched.core.commands import (
-    MAX_AT_MS,
-    MAX_PUT_BATCH,
-    ApplyJobs,
-    Command,
-    command_class,
-)
 from raftsched.core.effects import Effect
-from raftsched.core.errors import (
-    Conflict,
-    InvalidArgument,
-    InvalidSpec,
-    RaftschedError,
-    UnknownJob,
-)
-from raftsched.core.records import JobRecord, NodeRecord, RunRecord
+from raftsched.core.errors import UnknownJob
+from raftsched.core.notifydata import NotifyState
+from raftsched.core.records import BackfillRecord, JobRecord, MemberRecord, NodeRecord, RunRecord
 from raftsched.core.runtable import RunTable
 
 #: Replies to client commands are kept this long (by count) so a retried request id
@@ -63,7 +41,7 @@ DEFAULT_HISTORY_LIMIT = 100
 #: Stale entries the due index may hold beyond twice the jobs before it is rebuilt.
 DUE_SLACK = 1024
 
-class ClusterState:
+class StateData:
     """Everything the cluster agrees on. See the module docstring."""
 
     def __init__(self, *, history_limit: int = DEFAULT_HISTORY_LIMIT) -> None:
@@ -75,15 +53,15 @@ class ClusterState:
         self.nodes: dict[str, NodeRecord] = {}
         #: The replicated membership (core/members.py); empty until the first leader
         #: seeds it from the config file.
-        self.members: dict[str, members.MemberRecord] = {}
+        self.members: dict[str, MemberRecord] = {}
         self.applied = 0
         self.leader: dict[str, Any] = {"node": None, "term": 0, "since_ms": 0, "changes": 0,
                                        "last_ms": 0, "prev_ms": 0}
         self.totals: dict[str, int] = {}
         self.dedupe: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.notify = notify.NotifyState()
+        self.notify = NotifyState()
         #: Backfills by id, oldest first (core/backfill.py), and the last id's number.
-        self.backfills: dict[str, backfill.BackfillRecord] = {}
+        self.backfills: dict[str, BackfillRecord] = {}
         self.backfill_seq = 0
         # Derived indexes (rebuilt on restore, never snapshotted).
         self.due: list[tuple[int, str]] = []
@@ -95,8 +73,6 @@ class ClusterState:
         #: Run id -> the backfill it belongs to, for its active runs.
         self.bf_runs: dict[str, str] = {}
         self.effects: list[Effect] = []
-        #: (commands applied, the command, its prepared work): see ``prepare``.
-        self._prepared: tuple[int, Command, Any] | None = None
 
     # The run table's parts, for readers (views, the planner, snapshots, tests).
 
@@ -123,103 +99,6 @@ class ClusterState:
     @fence.setter
     def fence(self, value: int) -> None:  # a snapshot restore only
         self.table.fence = value
-
-    # ------------------------------------------------------------------ apply
-
-    def apply(self, cmd: Any, entry_term: int | None = None, *,
-              parsed: Command | RaftschedError | None = None) -> dict[str, Any]:
-        """Apply one command (a :class:`~raftsched.core.commands.Command` or its decoded
-        map); never raises. Returns ``{"ok": True, ...}`` or
-        ``{"ok": False, "error": {code, message}}``.
-
-        ``entry_term`` is the Raft term of the log entry holding the command (the same
-        on every replica). A leader-only command is applied only if it was proposed in
-        that very term: a log entry of term T is appended by T's leader alone, so a
-        command a deposed leader proposed (and pysyncobj forwarded to the new leader,
-        which appended it in its own term) is refused.
-
-        ``parsed`` is ``commands.from_wire(cmd)`` (or the error it raised) computed by a
-        caller outside the state lock: a plan of 20,000 items takes ~40 ms to read."""
-        self.applied += 1
-        try:
-            if isinstance(cmd, Command):
-                cmd, parsed = dict(cmd.to_wire(), v=cmd.v), cmd
-            cls = command_class(cmd)
-            op, handler = cls.OP, _HANDLERS[cls.OP]
-            at = cmd.get("at")
-            if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < MAX_AT_MS:
-                raise InvalidArgument("at", "must be epoch milliseconds before year 10000")
-            if op in LEADER_ONLY:
-                _check_proposer(cmd, op, entry_term)
-            rid = cmd.get("rid")
-            if rid is not None:
-                if not isinstance(rid, str) or len(rid) > 64:
-                    raise InvalidArgument("rid", "must be a short string")
-                seen = self.dedupe.get(rid)
-                if seen is not None:
-                    self._prepared = None
-                    return dict(seen, duplicate=True)
-            if parsed is None:
-                parsed = cls.from_wire(cmd)
-            elif isinstance(parsed, RaftschedError):
-                raise parsed
-            try:
-                reply = handler(self, parsed)
-            except RaftschedError as exc:
-                reply = {"ok": False, "error": exc.to_wire()}
-                if rid is not None and parsed.v >= REFUSAL_REMEMBERED_VERSION:
-                    # A copy of this request still in flight (a node's retry, a forward
-                    # over a slow link) may commit after the client heard this refusal
-                    # and went on: it must get the same answer, not be applied against
-                    # a state the client has changed since (a late ``delete`` of a job
-                    # absent then would delete the job put since).
-                    self._remember(rid, reply)
-                return reply
-            if rid is not None:
-                self._remember(rid, reply)
-            return reply
-        except RaftschedError as exc:
-            return {"ok": False, "error": exc.to_wire()}
-        except Exception as exc:  # noqa: BLE001 - apply must never raise (pysyncobj wedges)
-            return {"ok": False, "error": {"code": "internal",
-                                           "message": f"{type(exc).__name__}: {exc}"[:300]}}
-
-    def prepare(self, cmd: Command | RaftschedError | None) -> None:
-        """Do the pure part of ``cmd``'s apply now, before the state lock is taken: the
-        replica calls this on the thread that then applies ``cmd``. Only applies change
-        the jobs, and that thread alone applies, so the jobs read here are the ones the
-        apply sees (the apply checks that no command came between). Other threads change
-        only the derived ``due`` index (the leader's planner, under the lock): nothing
-        prepared here may read it. Today: a ``raftsched apply``'s diff of up to 1,000
-        jobs (~70 ms of CPU), or the refusal it gets. Never raises."""
-        self._prepared = None
-        if isinstance(cmd, ApplyJobs):
-            try:
-                work: Any = declarative.prepare_apply(self, cmd)
-            except RaftschedError as exc:  # the apply raises it: no second try under the lock
-                work = exc
-            except Exception:  # noqa: BLE001 - the apply does the work and answers for it
-                return
-            self._prepared = (self.applied, cmd, work)
-
-    def take_prepared(self, cmd: Command) -> Any:
-        """What ``prepare`` made for ``cmd``, if ``cmd`` is the command being applied and
-        nothing was applied in between; else None."""
-        found, self._prepared = self._prepared, None
-        if found is not None and found[1] is cmd and found[0] == self.applied - 1:
-            return found[2]
-        return None
-
-    def _remember(self, rid: str, reply: dict[str, Any]) -> None:
-        self.dedupe[rid] = reply
-        # Bounded by replies and by their items (a put_jobs reply holds one per spec).
-        weight = sum(1 + len(r.get("results", ())) for r in self.dedupe.values()) \
-            if len(reply.get("results", ())) else None
-        while len(self.dedupe) > DEDUPE_LIMIT or (weight is not None
-                                                  and weight > DEDUPE_ITEMS_LIMIT):
-            _, old = self.dedupe.popitem(last=False)
-            if weight is not None:
-                weight -= 1 + len(old.get("results", ()))
 
     def set_next(self, rec: JobRecord, next_ms: int | None) -> None:
         """Set a job's next fire time (and index it for ``due_jobs``).
@@ -315,6 +194,12 @@ class ClusterState:
     def active_on(self, node_id: str) -> list[RunRecord]:
         return self.table.active_on(node_id)
 
+    def after_run_end(self, rec: JobRecord, run: RunRecord, at: int) -> None:
+        """What a run's recorded outcome sets going in the same apply (its dependents'
+        runs, its backfill's next): the dispatcher's class provides it, so that the run
+        lifecycle below the handlers can call up into them. Data alone cannot apply."""
+        raise NotImplementedError("apply commands through raftsched.core.machine.ClusterState")
+
     def take_effects(self) -> list[Effect]:
         out, self.effects = self.effects, []
         return out
@@ -330,8 +215,11 @@ class ClusterState:
                 table.key_max.setdefault(conc.key, {})[job_id] = conc.max
         table.rebuild()
         self.rebuild_due()
-        deps.rebuild(self)
-        backfill.rebuild(self)
+        self.dependents = {}
+        for rec in self.jobs.values():
+            for parent in rec.spec.after:
+                self.dependents.setdefault(parent, set()).add(rec.spec.id)
+        self.bf_runs = {r: bf.id for bf in self.backfills.values() for r in bf.active}
 
     def rebuild_due(self) -> None:
         """The due index from the jobs alone (no stale entry)."""
@@ -340,56 +228,4 @@ class ClusterState:
         self.due_parked = {}
 
 
-#: Commands only the leader proposes; each carries the proposer's ``term``.
-LEADER_ONLY = frozenset({"leader", "plan", "release", "notify_default"})
-
-
-def _check_proposer(cmd: dict[str, Any], op: str, entry_term: int | None) -> None:
-    """A leader-only command must come from the leader of the log entry's term.
-
-    Commands written before version 2 (``v`` 1) predate the check and keep their
-    meaning when a journal is replayed."""
-    term = cmd.get("term")
-    if cmd.get("v") == 1 and term is None:
-        return
-    if isinstance(term, bool) or not isinstance(term, int) or term < 0:
-        raise InvalidArgument("term", "a leader-only command must carry its proposer's term")
-    if entry_term is not None and term != entry_term:
-        raise Conflict("term", f"{op} proposed in term {term} but appended in term "
-                               f"{entry_term}: the proposer no longer leads")
-
-
-_HANDLERS: dict[str, Callable[[ClusterState, Any], dict[str, Any]]] = {
-    "put_job": jobs.apply_put_job,
-    "put_jobs": jobs.apply_put_jobs,
-    "delete_job": jobs.apply_delete_job,
-    "pause": jobs.apply_pause,
-    "resume": jobs.apply_resume,
-    "trigger": jobs.apply_trigger,
-    "heartbeat": nodes.apply_heartbeat,
-    "leader": nodes.apply_leader,
-    "read": nodes.apply_read,
-    "drain": nodes.apply_drain,
-    "transfer": nodes.apply_transfer,
-    "certify": nodes.apply_certify,
-    "apply": declarative.apply_apply,
-    "notified": notify.apply_notified,
-    "notify_default": notify.apply_default,
-    "member": members.apply_member,
-    "plan": claims.apply_plan,
-    "start": claims.apply_start,
-    "finish": claims.apply_finish,
-    "release": claims.apply_release,
-    "backfill": lambda st, cmd: backfill.apply_backfill(st, _v5(cmd)),
-    "backfill_cancel": lambda st, cmd: backfill.apply_cancel(st, _v5(cmd)),
-}
-
-
-def _v5(cmd: Any) -> Any:
-    """A backfill command written below version 5 is refused as the release before them
-    refused an unknown op (none was ever written: this keeps replay exact regardless)."""
-    if cmd.v < DEPS_VERSION:
-        raise InvalidArgument("op", f"unknown operation {cmd.OP!r:.40}")
-    return cmd
-
-__all__ = ["MAX_AT_MS", "MAX_PUT_BATCH", "ClusterState", "InvalidSpec"]
+__all__ = ["DEFAULT_HISTORY_LIMIT", "DEDUPE_ITEMS_LIMIT", "DEDUPE_LIMIT", "StateData"]

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftsched.core.errors import InvalidSpec, NotReady, RaftschedError, Unavailable
+from raftsched.core.machine import MAX_PUT_BATCH
 from raftsched.core.model import JobSpec
-from raftsched.core.state import MAX_PUT_BATCH
 
 #: A client-mode instance may declare before the node's process has allowed the
 #: callables' modules (it declares the same jobs at its own start): retried this long.

@@ -19,9 +19,9 @@ from raftsched.core.cmdbase import any_bounds, any_deps
 from raftsched.core.codec import packb
 from raftsched.core.commands import ApplyJobs
 from raftsched.core.errors import Conflict, InvalidArgument, LimitExceeded
+from raftsched.core.machine import MAX_PUT_BATCH, ClusterState
 from raftsched.core.members import REMOVED
 from raftsched.core.model import ENV_MASK, JobSpec
-from raftsched.core.state import MAX_PUT_BATCH, ClusterState
 
 if TYPE_CHECKING:
     from raftsched.node.config import Limits

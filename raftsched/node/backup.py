@@ -29,7 +29,7 @@ from raftsched.node.procs import die_with_parent
 from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, write_seed_dump
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
     from raftsched.node.config import ClusterConfig
     from raftsched.node.raft import RaftNode
     from raftsched.node.reads import ReadBarrier

@@ -21,7 +21,7 @@ from typing import Any
 
 from raftsched.core.codec import SNAPSHOT_VERSION, decode_state, format_problem, state_version
 from raftsched.core.errors import CorruptBackup, ProtocolError
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node import gcwatch
 
 MAGIC = b"RAFTSCHED-BACKUP\n"

@@ -28,9 +28,9 @@ from raftsched.core.commands import (
 )
 from raftsched.core.errors import InvalidArgument, InvalidSpec, LimitExceeded, UnknownJob
 from raftsched.core.jobs import late_at
+from raftsched.core.machine import MAX_PUT_BATCH, ClusterState
 from raftsched.core.model import JobSpec
 from raftsched.core.records import RunRecord
-from raftsched.core.state import MAX_PUT_BATCH, ClusterState
 from raftsched.core.trigger import Schedule, count_fires
 from raftsched.node import notifier, preview
 from raftsched.node.clock import now_ms

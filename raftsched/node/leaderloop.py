@@ -46,7 +46,7 @@ from raftsched.core.leader import (
     plan_from,
     plan_input,
 )
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node import applyops, events, membership
 from raftsched.node.admission import Admission, AdmissionStatistics
 from raftsched.node.clock import SYSTEM_CLOCK, Clock

@@ -33,7 +33,7 @@ from raftsched.core.errors import (
 from raftsched.node.runlog import STREAMS, split_run_id
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
     from raftsched.node.raft import RaftNode
     from raftsched.node.reads import ReadBarrier
     from raftsched.node.runlog import RunLogs

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core.errors import RaftschedError, Unauthenticated
-from raftsched.core.members import MemberRecord
+from raftsched.core.records import MemberRecord
 from raftsched.node import events
 from raftsched.wire.client import Client
 

@@ -34,14 +34,14 @@ from raftsched.core.errors import (
     NotReady,
     RaftschedError,
 )
-from raftsched.core.members import MemberRecord
+from raftsched.core.records import MemberRecord
 from raftsched.node import events
 from raftsched.node.config import _NODE_ID_RE, split_addr
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, MutableMapping
 
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
     from raftsched.node.config import ClusterConfig
     from raftsched.node.raft import RaftNode
     from raftsched.node.reads import ReadBarrier

@@ -19,7 +19,7 @@ from raftsched.core.effects import Effect, NodeCertified, RangeMissed, RunEnded
 from raftsched.node.config import split_addr
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
     from raftsched.node.loopsnapshot import LoopSnapshot
     from raftsched.node.raft import RaftNode
     from raftsched.node.worker import WorkerStatistics

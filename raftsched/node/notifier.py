@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from raftsched.core import notify
+from raftsched.core import notify, notifydata
 from raftsched.core.commands import Command, NotifyDefault, NotifyResults
 from raftsched.core.errors import RaftschedError
 from raftsched.node import events
@@ -151,7 +151,7 @@ class Notifier:
                 return
         self._default_term = term
 
-    async def _deliver(self, d: notify.Delivery) -> None:
+    async def _deliver(self, d: notifydata.Delivery) -> None:
         try:
             body = json.dumps(d.body, sort_keys=True, separators=(",", ":")).encode()
             ts = int(time.time())

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftsched.core.errors import ConfigError, InvalidSpec
-from raftsched.core.notify import NotifySpec
+from raftsched.core.notifydata import NotifySpec
 
 KEYS = ("url", "on", "attempts", "backoff", "backoff_max", "timeout")
 

@@ -39,7 +39,7 @@ from raftsched.core.codec import encode_command, encode_state
 from raftsched.core.commands import Command
 from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node import gcwatch
 from raftsched.node.compat import RaftSyncObj, derive_fernet, install, raft_now
 from raftsched.node.durable import (

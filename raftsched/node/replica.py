@@ -27,7 +27,7 @@ from raftsched.core.codec import (
 from raftsched.core.commands import Command, from_wire
 from raftsched.core.effects import Effect, Restored
 from raftsched.core.errors import RaftschedError
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node import gcwatch
 from raftsched.node.timedlock import TimedLock
 

@@ -12,7 +12,7 @@ from raftsched.node import membership
 from raftsched.node.clock import now_ms
 
 if TYPE_CHECKING:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
     from raftsched.node.admission import AdmissionStatistics
     from raftsched.node.config import ClusterConfig
     from raftsched.node.raft import RaftNode

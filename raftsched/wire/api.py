@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from raftsched.core.codec import WIRE_VERSION, encode_frame
 from raftsched.core.errors import (
     LimitExceeded,
     ProtocolError,
@@ -37,6 +36,7 @@ from raftsched.wire.apiconn import (
     CloseConnection,
     FramePipeline,
 )
+from raftsched.wire.framing import WIRE_VERSION, encode_frame
 from raftsched.wire.session import ADMIN, READ_OPS, Credential
 
 log = logging.getLogger(__name__)

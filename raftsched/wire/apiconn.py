@@ -25,9 +25,10 @@ import logging
 import ssl
 from typing import Any
 
-from raftsched.core.codec import FRAME_HEADER, encode_frame, frame_length, unpackb
 from raftsched.core.errors import FrameTooLarge, ProtocolError, RaftschedError
+from raftsched.core.packing import unpackb
 from raftsched.wire import session
+from raftsched.wire.framing import FRAME_HEADER, encode_frame, frame_length
 from raftsched.wire.session import SEAL_OVERHEAD, Credential
 
 # The API server's logger, not this module's: operators and tests filter the API's

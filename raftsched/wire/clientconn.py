@@ -17,7 +17,6 @@ import ssl
 import time
 from typing import Any
 
-from raftsched.core.codec import FRAME_HEADER, WIRE_VERSION, encode_frame, frame_length, unpackb
 from raftsched.core.errors import (
     InvalidArgument,
     ProtocolError,
@@ -26,7 +25,9 @@ from raftsched.core.errors import (
     WrongCluster,
     from_wire,
 )
+from raftsched.core.packing import unpackb
 from raftsched.wire import session
+from raftsched.wire.framing import FRAME_HEADER, WIRE_VERSION, encode_frame, frame_length
 from raftsched.wire.secretfile import SECRET_FILE_ENV, candidate_secrets
 from raftsched.wire.session import cluster_id as derive_cluster_id
 

@@ -21,7 +21,7 @@ from pysyncobj import pickle as raft_pickle
 
 from raftsched.core.codec import encode_state
 from raftsched.core.commands import Heartbeat
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.faces.launcher import free_ports
 from raftsched.node.compat import raft_now
 from raftsched.node.config import Timing

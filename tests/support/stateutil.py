@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftsched.core.codec import encode_state
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 
 
 def state_bytes(st: ClusterState) -> bytes:

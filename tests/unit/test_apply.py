@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.state import ClusterState
 from raftsched.faces.cli_apply import exported, format_diff, toml_job
 from tests.support.stateutil import T0, err, put, spec
 
@@ -111,7 +111,7 @@ def test_new_commands_wait_until_every_member_announces_them() -> None:
         check_features("put_job", {"spec": spec("a", notify={"url": "http://h"})})
     check_features("put_job", {"spec": spec("a")})  # nothing new in it
     # With a replicated membership, its active members are (n2 removed: not checked).
-    from raftsched.core.members import MemberRecord
+    from raftsched.core.records import MemberRecord
     st.members = {n: MemberRecord(node_id=n, raft="", api="", status=s, since_ms=0)
                   for n, s in (("n1", "active"), ("n2", "removed"))}
     check_features("apply", {"specs": [spec("a")]})

@@ -6,7 +6,7 @@ import pytest
 
 from raftsched.core.codec import encode_state
 from raftsched.core.errors import CorruptBackup
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node.backupfile import decode_backup, encode_backup, read_header, seed_state
 
 

@@ -34,9 +34,9 @@ from raftsched.core.commands import PAST_AT_VERSION, PutJob, PutJobs
 from raftsched.core.durations import format_timestamp, parse_timestamp
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.leader import Capacity, LeaderContext
+from raftsched.core.machine import ClusterState
 from raftsched.core.misses import classify
 from raftsched.core.model import JobSpec, MisfirePolicy, MisfireSpec
-from raftsched.core.state import ClusterState
 from raftsched.core.trigger import (
     AtSchedule,
     CronSchedule,

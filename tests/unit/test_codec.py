@@ -17,17 +17,16 @@ from raftsched.core.codec import (
     decode_command,
     decode_state,
     encode_command,
-    encode_frame,
     encode_state,
-    frame_length,
     packb,
     spec_from_row,
     spec_to_row,
     unpackb,
 )
 from raftsched.core.errors import FrameTooLarge, ProtocolError
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.state import ClusterState
+from raftsched.wire.framing import encode_frame, frame_length
 from tests.support.budget import examples
 
 #: A command version no release of this code reads.

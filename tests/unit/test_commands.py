@@ -166,7 +166,7 @@ def test_start_finish(node: str, at: int, starts: list[tuple[str, int]],
 
 
 def test_every_op_has_a_class_and_a_handler() -> None:
-    from raftsched.core.state import _HANDLERS
+    from raftsched.core.machine import _HANDLERS
 
     assert set(c.COMMANDS) == set(_HANDLERS)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.errors import ConfigError, InvalidSpec
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.faces import declare, embedconf
 from raftsched.node import capture
 from raftsched.node.peers import parse_peers

@@ -13,8 +13,8 @@ from hypothesis import strategies as hs
 
 from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.commands import Backfill, BackfillCancel, PutJob
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.state import ClusterState
 from tests.support.stateutil import hist, ok, state_bytes
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.support.stateutil import ok
 
 T0 = 20_000 * 86_400 * 1000

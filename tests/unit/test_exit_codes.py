@@ -8,9 +8,9 @@ import socket
 import pytest
 
 from raftsched.core.codec import decode_state, encode_state
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
 from raftsched.core.records import JobRecord, NodeRecord, RunRecord
-from raftsched.core.state import ClusterState
 from raftsched.faces import cli
 from raftsched.wire.client import _no_answer
 

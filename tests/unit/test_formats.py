@@ -19,7 +19,7 @@ from raftsched.core.codec import (
     unknown_command_version,
 )
 from raftsched.core.errors import ProtocolError
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.fixtures.formats import FIXTURES, expected, fixture_dir, journal_blobs
 
 #: A command version no release of this code reads.

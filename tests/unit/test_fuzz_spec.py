@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.state import ClusterState
 from tests.support.budget import examples
 from tests.support.stateutil import forget_refusal, state_bytes
 

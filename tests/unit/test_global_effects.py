@@ -77,7 +77,7 @@ def test_no_module_moves_the_zone_search_path() -> None:
 
 def test_encoding_and_decoding_a_state_leave_the_collector_alone(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from raftsched.core.state import ClusterState
+    from raftsched.core.machine import ClusterState
 
     st = ClusterState()
     ok(st, {"op": "put_job", "at": 1000, "spec": {"id": "a", "schedule": {"every": "10s"},

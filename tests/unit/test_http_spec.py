@@ -13,8 +13,8 @@ from raftsched.core.codec import decode_state, encode_state, packb, spec_to_row
 from raftsched.core.commands import Heartbeat, PutJob
 from raftsched.core.errors import Conflict, InvalidSpec
 from raftsched.core.httpspec import HttpSpec, expand
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.state import ClusterState
 from raftsched.faces.cli_apply import exported
 from raftsched.node.applyops import FEATURES, Features
 

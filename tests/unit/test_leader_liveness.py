@@ -21,7 +21,7 @@ import pytest
 
 from raftsched.core import lease
 from raftsched.core.commands import LeaderRecord, Release
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
 from tests.support.stateutil import T0, S, hb, ok, put, run_fire

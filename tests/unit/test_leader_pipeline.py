@@ -23,7 +23,7 @@ from hypothesis import strategies as hst
 from raftsched.core import leader as core_leader
 from raftsched.core.commands import Place, Plan, RunFire
 from raftsched.core.errors import NotReady
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.core.trigger import fire_times, next_fire
 from raftsched.node import leaderloop
 from raftsched.node.clock import FakeClock

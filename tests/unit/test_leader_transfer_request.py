@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node.clock import FakeClock
 from raftsched.node.leaderloop import LeaderLoop
 from tests.support.stateutil import T0, S, hb

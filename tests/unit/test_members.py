@@ -4,7 +4,7 @@ one node at a time, removed ids never reused and never given work again."""
 from __future__ import annotations
 
 from raftsched.core.codec import decode_state, encode_state
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 
 SEED = [{"node": f"n{i}", "raft": f"127.0.0.1:700{i}", "api": f"127.0.0.1:710{i}"}
         for i in (1, 2, 3)]

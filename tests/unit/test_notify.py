@@ -8,9 +8,10 @@ import pytest
 
 from raftsched.core.codec import decode_state, encode_state
 from raftsched.core.errors import InvalidSpec
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.notify import MAX_PENDING, NotifySpec, due
-from raftsched.core.state import ClusterState
+from raftsched.core.notify import MAX_PENDING, due
+from raftsched.core.notifydata import NotifySpec
 from raftsched.wire import webhook
 from tests.support.stateutil import T0, S, base, err, finish, ok, put, run_fire, start
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.support.stateutil import forget_refusal, ok, state_bytes
 
 S = 1000

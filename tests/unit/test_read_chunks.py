@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node.config import Limits
 from raftsched.node.jobops import READ_CHUNK, JobOps
 from tests.support.stateutil import T0, S, finish, hb, ok, run_fire, start

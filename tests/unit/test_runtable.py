@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from raftsched.core.codec import encode_state
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import ACTIVE_STATES, RunState
 from raftsched.core.records import RunRecord
 from raftsched.core.runtable import LEGAL, may, transition
-from raftsched.core.state import ClusterState
 
 pytestmark = pytest.mark.timeout(60)
 

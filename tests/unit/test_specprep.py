@@ -19,7 +19,7 @@ from hypothesis import strategies as hs
 
 from raftsched.core import jobs, model, specprep, trigger
 from raftsched.core.commands import from_wire
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.support.budget import examples
 from tests.support.stateutil import ok, state_bytes
 

@@ -1,4 +1,4 @@
-"""Example-based tests of raftsched.core.state.ClusterState.apply (and raftsched.core.claims)."""
+"""Example-based tests of raftsched.core.machine.ClusterState.apply (and raftsched.core.claims)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from raftsched.core.codec import encode_state
 from raftsched.core.effects import JobRemoved, JobResumed, NodeLost, RunAssigned, StopRun
 from raftsched.core.errors import UnknownJob
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.support.stateutil import (
     T0,
     S,

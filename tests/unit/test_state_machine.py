@@ -22,8 +22,8 @@ from raftsched.core.commands import FINISH_OUTCOMES as _FINISH_OUTCOMES
 from raftsched.core.commands import Plan
 from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAssigned, RunCreated
 from raftsched.core.leader import Capacity, LeaderContext, plan
+from raftsched.core.machine import ClusterState
 from raftsched.core.model import job_of_run
-from raftsched.core.state import ClusterState
 from tests.support.budget import examples
 from tests.support.stateutil import forget_refusal, state_bytes
 

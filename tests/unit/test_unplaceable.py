@@ -13,7 +13,7 @@ import pytest
 
 from raftsched.core import leader, members
 from raftsched.core.leader import Capacity, LeaderContext
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from tests.support.stateutil import hist, ok
 
 pytestmark = pytest.mark.timeout(60)
