@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from raftsched.faces.asyncsched import AsyncScheduler
     from raftsched.faces.declare import ReconcileReport
     from raftsched.faces.embedded import Scheduler
-    from raftsched.node.executor import RunContext
+    from raftsched.node.runtypes import RunContext
     from raftsched.wire.client import Client
 
 

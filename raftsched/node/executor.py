@@ -14,7 +14,6 @@ env values masked in both (raftsched/node/output.py).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import errno
 import functools
 import importlib
@@ -22,9 +21,7 @@ import inspect
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from raftsched.core.claims import MAX_TAIL
@@ -33,6 +30,7 @@ from raftsched.node import callpool, capture, httpjob
 from raftsched.node.guard import Guard
 from raftsched.node.output import ByteTail, Output
 from raftsched.node.runlog import RunLog, RunLogs
+from raftsched.node.runtypes import ExecutionResult, RunContext
 from raftsched.node.spawn import Process, spawn
 
 #: Python callables run on this many threads per node at most (sync functions).
@@ -42,65 +40,6 @@ _CALL_THREADS = 64
 def calls_waiting() -> int:
     """Sync callables handed to the thread pool and not yet started."""
     return callpool.queued()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunContext:
-    """What a run knows about itself; a Python callable receives it as its argument.
-
-    :var job_id: the job.
-    :var run_id: ``<job_id>@<scheduled_ms>``.
-    :var scheduled_ms: the fire time (epoch ms).
-    :var fence: the fencing token; give it to downstream systems to reject stale writers.
-    :var attempt: 1 for the first attempt.
-    :var node_id: the node executing it.
-    :var cancelled: set when the run has timed out, was replaced or cancelled, or its
-        node stops it: a callable that can, should return soon after (a thread cannot
-        be killed; its late result is not recorded).
-    """
-
-    job_id: str
-    run_id: str
-    scheduled_ms: int
-    fence: int
-    attempt: int
-    node_id: str
-    cancelled: threading.Event = field(default_factory=threading.Event, compare=False,
-                                       repr=False)
-
-    @property
-    def scheduled_at(self) -> str:
-        """The fire time in RFC 3339, UTC."""
-        t = dt.datetime.fromtimestamp(self.scheduled_ms / 1000, tz=dt.UTC)
-        return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-    def environ(self) -> dict[str, str]:
-        return {
-            "RAFTSCHED_JOB_ID": self.job_id,
-            "RAFTSCHED_RUN_ID": self.run_id,
-            "RAFTSCHED_SCHEDULED_AT": self.scheduled_at,
-            "RAFTSCHED_FENCE": str(self.fence),
-            "RAFTSCHED_ATTEMPT": str(self.attempt),
-            "RAFTSCHED_NODE_ID": self.node_id,
-        }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ExecutionResult:
-    """How a run ended on this node.
-
-    :var outcome: ``succeeded``, ``failed``, ``timed_out``, ``lost`` (stopped by its own
-        node: shutdown or lost quorum), ``shed`` or ``cancelled``.
-    :var exit_code: the process exit code (negative: killed by that signal), if any.
-    :var tail: the last bytes of stdout+stderr, decoded leniently; it begins with
-        :data:`capture.CUT_MARK` when earlier output was not kept.
-    :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
-    """
-
-    outcome: str
-    exit_code: int | None
-    tail: str
-    reason: str
 
 
 class Execution:

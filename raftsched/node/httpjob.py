@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from raftsched.core.httpspec import HttpSpec, expand
 
 if TYPE_CHECKING:
-    from raftsched.node.executor import RunContext
     from raftsched.node.output import Output
+    from raftsched.node.runtypes import RunContext
 
 #: Bytes read from a response at once.
 _CHUNK = 65536

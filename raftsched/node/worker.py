@@ -24,7 +24,9 @@ from raftsched.core.commands import FinishItem, Start, StartItem
 from raftsched.core.trigger import jitter_ms
 from raftsched.node import events
 from raftsched.node.clock import now_ms
-from raftsched.node.executor import Execution, ExecutionResult, RunContext
+from raftsched.node.executor import Execution
+from raftsched.node.localrun import LocalRun, Phase
+from raftsched.node.runtypes import ExecutionResult, RunContext
 from raftsched.node.workercommits import (
     COMMIT_TIMEOUT_S,
     FINISH_PIPELINE,
@@ -39,8 +41,8 @@ from raftsched.node.workercommits import (
 )
 
 if TYPE_CHECKING:
+    from raftsched.core.machine import ClusterState
     from raftsched.core.model import JobSpec
-    from raftsched.core.state import ClusterState
     from raftsched.node.guard import Guard
     from raftsched.node.raft import RaftNode
     from raftsched.node.runlog import RunLogs
@@ -52,22 +54,6 @@ LEASE_RECHECK_S = 0.02
 #: A start timer that finds its instant further ahead than the pre-start window plus
 #: this saw the wall clock stepped back (slewing moves it by under 1 ms a second).
 STEPPED_BACK_MS = 1000
-
-
-@dataclass(slots=True, kw_only=True)
-class _Local:
-    run_id: str
-    fence: int
-    job_id: str
-    scheduled_ms: int
-    attempt: int
-    start_at_ms: int
-    grace_ms: int
-    #: Grace counts from the later of the start instant and the assignment: a catch-up
-    #: run is late by design, a run its node reaches seconds after assignment is not.
-    due_ms: int = 0
-    phase: str = "waiting"  # waiting -> starting -> running -> finishing
-    execution: Execution | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,7 +116,7 @@ class WorkerPool(WorkerCommits):
         # A run's start is committed up to this long before its instant, then the
         # worker waits for the instant: commit latency does not become scheduling lag.
         self.prestart_ms = prestart_ms
-        self.local: dict[str, _Local] = {}
+        self.local: dict[str, LocalRun] = {}
         self.finish_q: list[FinishItem] = []
         self.counters = _Counters()
         self._wake = asyncio.Event()
@@ -141,7 +127,7 @@ class WorkerPool(WorkerCommits):
         self._hurry = asyncio.Event()
         self._tasks: set[asyncio.Future[Any]] = set()
         #: Launched runs by their start instant (epoch ms), each group one loop timer.
-        self._at: dict[int, list[_Local]] = {}
+        self._at: dict[int, list[LocalRun]] = {}
         #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
         self._quiet_at = 0
 
@@ -176,7 +162,7 @@ class WorkerPool(WorkerCommits):
                     runs=len(running), reason=reason)
 
     def statistics(self) -> WorkerStatistics:
-        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
+        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
         return WorkerStatistics(slots=self.slots, busy=busy, waiting=len(self.local) - busy,
                                 started=self.counters.started,
                                 rejected_starts=self.counters.rejected, shed=self.counters.shed,
@@ -197,9 +183,9 @@ class WorkerPool(WorkerCommits):
         finally:
             flusher.cancel()
 
-    def _busy(self) -> list[_Local]:
+    def _busy(self) -> list[LocalRun]:
         return [loc for loc in self.local.values()
-                if loc.phase in ("starting", "running", "finishing")]
+                if loc.phase in (Phase.STARTING, Phase.RUNNING, Phase.FINISHING)]
 
     async def drain(self, timeout_s: float) -> None:
         """A stopping node's first step: start nothing new (the node's heartbeats say
@@ -213,17 +199,17 @@ class WorkerPool(WorkerCommits):
         self._wake.set()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        running = [loc for loc in self._busy() if loc.phase != "finishing"]
+        running = [loc for loc in self._busy() if loc.phase != Phase.FINISHING]
         events.emit("node.draining", node=self.node_id, runs=len(running),
                     timeout_ms=int(timeout_s * 1000))
         while not self._hurry.is_set() and loop.time() < deadline and any(
-                loc.phase in ("starting", "running") for loc in self._busy()):
+                loc.phase in (Phase.STARTING, Phase.RUNNING) for loc in self._busy()):
             try:
                 await asyncio.wait_for(self._hurry.wait(), min(0.02, deadline - loop.time()))
             except TimeoutError:
                 pass
         left = [loc for loc in self.local.values()
-                if loc.phase == "running" and loc.execution is not None]
+                if loc.phase == Phase.RUNNING and loc.execution is not None]
         for loc in left:
             loc.execution.stop(self.kill_grace_s, "node stopping")  # type: ignore[union-attr]
         # Their outcomes (lost, or what a killed process reported) and every finish
@@ -257,9 +243,9 @@ class WorkerPool(WorkerCommits):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _sync_claims(self, st: ClusterState) -> tuple[list[_Local], list[_Local]]:
+    def _sync_claims(self, st: ClusterState) -> tuple[list[LocalRun], list[LocalRun]]:
         """Under the state lock (via ``raft.read``): this node's assigned runs not yet
-        known here, as new ``_Local`` records; and the waiting runs whose claim moved
+        known here, as new ``LocalRun`` records; and the waiting runs whose claim moved
         on (released, cancelled, reassigned), forgotten here. Bounded by this node's
         runs."""
         mine = []
@@ -273,7 +259,7 @@ class WorkerPool(WorkerCommits):
             if rec is None:
                 continue
             spec = rec.spec
-            mine.append(_Local(
+            mine.append(LocalRun(
                 run_id=run.run_id, fence=run.fence, job_id=run.job_id,
                 scheduled_ms=run.scheduled_ms, attempt=run.attempt,
                 start_at_ms=max(run.scheduled_ms + jitter_ms(
@@ -282,7 +268,7 @@ class WorkerPool(WorkerCommits):
         # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
         moved = []
         for run_id, loc in list(self.local.items()):
-            if loc.phase == "waiting":
+            if loc.phase == Phase.WAITING:
                 cur = st.runs.get(run_id)
                 if cur is None or cur.node != self.node_id or cur.fence != loc.fence \
                         or cur.state != "assigned":
@@ -312,13 +298,13 @@ class WorkerPool(WorkerCommits):
             self.local[loc.run_id] = loc
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it.
-        busy = sum(1 for loc in self.local.values() if loc.phase in ("starting", "running"))
+        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
         free = self.slots - busy
-        ready: list[_Local] = []
-        shed: list[_Local] = []
+        ready: list[LocalRun] = []
+        shed: list[LocalRun] = []
         next_at: float = 0.5
-        late: list[_Local] = []
-        for loc in sorted((x for x in self.local.values() if x.phase == "waiting"),
+        late: list[LocalRun] = []
+        for loc in sorted((x for x in self.local.values() if x.phase == Phase.WAITING),
                           key=lambda x: x.start_at_ms):
             if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
                 # Held past its grace (this node was down or frozen): too late to count
@@ -336,24 +322,24 @@ class WorkerPool(WorkerCommits):
             elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
                 shed.append(loc)
         for loc in late:
-            loc.phase = "finishing"
+            loc.phase = Phase.FINISHING
             self._finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
                                               reason="late: past its grace on this node"))
         for loc in shed:
-            loc.phase = "finishing"
+            loc.phase = Phase.FINISHING
             self.counters.shed += 1
             self._finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
                                               reason="overload"))
         if ready:
             for loc in ready:
-                loc.phase = "starting"
+                loc.phase = Phase.STARTING
             for k in range(0, len(ready), MAX_START_BATCH):
                 self._spawn(self._start_batch(ready[k:k + MAX_START_BATCH]))
         return max(next_at, 0.0)
 
     # ------------------------------------------------------------ start
 
-    async def _start_batch(self, batch: list[_Local]) -> None:
+    async def _start_batch(self, batch: list[LocalRun]) -> None:
         items = tuple(StartItem(loc.run_id, loc.fence) for loc in batch)
         try:
             # Claimed up to prestart_ms early, the start takes effect (and is recorded)
@@ -379,21 +365,21 @@ class WorkerPool(WorkerCommits):
             self._launch(loc, specs.get(loc.job_id))
         self._wake.set()
 
-    def _forget(self, loc: _Local) -> None:
+    def _forget(self, loc: LocalRun) -> None:
         """Drop ``loc``, not a newer claim of its run (handed back here while its start
         was in flight): dropping that left the run started with no process, forever."""
         if self.local.get(loc.run_id) is loc:
             del self.local[loc.run_id]
 
-    def _started_by_us(self, loc: _Local) -> bool:
+    def _started_by_us(self, loc: LocalRun) -> bool:
         """A retried start whose first try did commit is refused the second time."""
         return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
 
-    def _launch(self, loc: _Local, spec: JobSpec | None) -> None:
+    def _launch(self, loc: LocalRun, spec: JobSpec | None) -> None:
         if spec is None:
             self._forget(loc)
             return
-        loc.phase = "running"
+        loc.phase = Phase.RUNNING
         ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
                          fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
@@ -434,13 +420,13 @@ class WorkerPool(WorkerCommits):
                 self._begin(loc, held, known=True)
             except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
                 log.exception("run %s could not begin", loc.run_id)
-                if self.local.get(loc.run_id) is loc and loc.phase != "finishing":
-                    loc.phase = "finishing"
+                if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
+                    loc.phase = Phase.FINISHING
                     self._finish(loc, ExecutionResult(
                         outcome="failed", exit_code=None, tail="",
                         reason=f"could not begin: {type(exc).__name__}"[:200]))
 
-    def _held_started(self, group: list[_Local] | tuple[()]) -> frozenset[str] | None:
+    def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
         """The run ids of ``group`` still started on this node under their fences (one
         read); None without a fresh lease (see :meth:`_may_spawn`)."""
         if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
@@ -449,7 +435,7 @@ class WorkerPool(WorkerCommits):
             return frozenset()
         return self.raft.read(functools.partial(_all_held, list(group), self.node_id))
 
-    def _may_spawn(self, loc: _Local) -> bool | None:
+    def _may_spawn(self, loc: LocalRun) -> bool | None:
         """May this run's process start now? True: yes. None: not yet (no fresh lease).
         False: never (the cluster moved the run on while this node was away).
 
@@ -466,19 +452,19 @@ class WorkerPool(WorkerCommits):
             return None
         return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
 
-    def _await_lease(self, loc: _Local) -> None:
+    def _await_lease(self, loc: LocalRun) -> None:
         """Re-check a run held for want of a fresh lease, until its grace is over."""
-        if self.local.get(loc.run_id) is not loc or loc.phase != "running":
+        if self.local.get(loc.run_id) is not loc or loc.phase != Phase.RUNNING:
             return
         if now_ms() - loc.start_at_ms > loc.grace_ms:
-            loc.phase = "finishing"
+            loc.phase = Phase.FINISHING
             self._finish(loc, ExecutionResult(
                 outcome="lost", exit_code=None, tail="",
                 reason="no lease: this node could not reach the cluster at its instant"))
             return
         self._begin(loc)
 
-    def _begin(self, loc: _Local, held: frozenset[str] | None = None, *,
+    def _begin(self, loc: LocalRun, held: frozenset[str] | None = None, *,
                known: bool = False) -> None:
         """Spawn ``loc`` if it may; ``known``: ``held`` is :meth:`_held_started` of its
         instant, read for the whole group (else it is read for this run alone)."""
@@ -486,7 +472,7 @@ class WorkerPool(WorkerCommits):
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster while waiting: it never ran
         if loc.execution.stopped:
-            loc.phase = "finishing"
+            loc.phase = Phase.FINISHING
             self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
@@ -517,10 +503,10 @@ class WorkerPool(WorkerCommits):
             self._tasks.add(runner)
             runner.add_done_callback(self._tasks.discard)
 
-    def _ended(self, loc: _Local, result: ExecutionResult) -> None:
+    def _ended(self, loc: LocalRun, result: ExecutionResult) -> None:
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
-        loc.phase = "finishing"
+        loc.phase = Phase.FINISHING
         self._finish(loc, result)
 
 
@@ -530,12 +516,12 @@ def _specs(job_ids: set[str], st: ClusterState) -> dict[str, JobSpec]:
     return {j: jobs[j].spec for j in job_ids if j in jobs}
 
 
-def _all_held(group: list[_Local], node_id: str, st: ClusterState) -> frozenset[str]:
+def _all_held(group: list[LocalRun], node_id: str, st: ClusterState) -> frozenset[str]:
     """The run ids of ``group`` started on ``node_id`` under their fences."""
     return frozenset(loc.run_id for loc in group if _holds_started(loc, node_id, st))
 
 
-def _holds_started(loc: _Local, node_id: str, st: ClusterState) -> bool:
+def _holds_started(loc: LocalRun, node_id: str, st: ClusterState) -> bool:
     """Is ``loc``'s run started on ``node_id`` under its fence (the claim still ours)?"""
     run = st.runs.get(loc.run_id)
     return (run is not None and run.state == "started" and run.node == node_id

@@ -18,11 +18,12 @@ from raftsched.core.commands import Finish, FinishItem, Start
 from raftsched.core.errors import NotReady
 from raftsched.node import events
 from raftsched.node.clock import now_ms
-from raftsched.node.executor import ExecutionResult, calls_waiting
+from raftsched.node.executor import calls_waiting
+from raftsched.node.runtypes import ExecutionResult
 
 if TYPE_CHECKING:
+    from raftsched.node.localrun import LocalRun
     from raftsched.node.raft import RaftNode
-    from raftsched.node.worker import _Local
 
 # The worker's logger: its messages are one component's, whichever module writes them.
 log = logging.getLogger("raftsched.worker")
@@ -60,7 +61,7 @@ class WorkerCommits:
 
     node_id: str
     raft: RaftNode
-    local: dict[str, _Local]
+    local: dict[str, LocalRun]
     finish_q: list[FinishItem]
     _wake: asyncio.Event
     _finish_wake: asyncio.Event
@@ -86,7 +87,7 @@ class WorkerCommits:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
-    def _finish(self, loc: _Local, result: ExecutionResult) -> None:
+    def _finish(self, loc: LocalRun, result: ExecutionResult) -> None:
         self.finish_q.append(FinishItem(loc.run_id, loc.fence, result.outcome,
                                         result.exit_code, result.tail, result.reason))
         events.emit("run.finished", node=self.node_id, run_id=loc.run_id,

@@ -16,7 +16,8 @@ import pytest
 
 from raftsched.core.model import JobSpec
 from raftsched.node.callpool import CallPool
-from raftsched.node.executor import Execution, ExecutionResult, RunContext
+from raftsched.node.executor import Execution
+from raftsched.node.runtypes import ExecutionResult, RunContext
 from tests.support.harness import await_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -17,9 +17,10 @@ from raftsched.core.errors import ConfigError
 from raftsched.core.model import JobSpec
 from raftsched.faces.cli_logs import notes
 from raftsched.node.config import Limits, parse_config
-from raftsched.node.executor import Execution, ExecutionResult, RunContext
+from raftsched.node.executor import Execution
 from raftsched.node.output import MASK, ByteTail, Output, Scrubber
 from raftsched.node.runlog import LogLimits, RunLogs, job_dir, split_run_id
+from raftsched.node.runtypes import ExecutionResult, RunContext
 
 BIG = LogLimits(run_bytes=1 << 20, job_bytes=1 << 22, job_runs=100, node_bytes=1 << 24)
 

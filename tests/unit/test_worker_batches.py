@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from raftsched.core.commands import Finish, FinishItem, Start
-from raftsched.core.state import ClusterState
+from raftsched.core.machine import ClusterState
 from raftsched.node import worker
 from raftsched.node.clock import now_ms
+from raftsched.node.localrun import Phase
 from raftsched.node.worker import WorkerPool
 from tests.support.stateutil import ok
 
@@ -150,7 +151,7 @@ def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
         [old] = raft.read(pool._sync_claims)[0]
         pool.local[run_id] = old
-        old.phase = "starting"
+        old.phase = Phase.STARTING
         # Meanwhile the run is released and handed back to this node (a new fence).
         ok(st, {"op": "release", "at": at, "node": "n1", "scope": "assigned"})
         ok(st, {"op": "plan", "at": at, "place": [[run_id, "n1"]]})
@@ -159,9 +160,9 @@ def test_a_refused_start_never_drops_the_newer_claim_of_its_run() -> None:
         pool.local[run_id] = new
         await pool._start_batch([old])  # refused: a stale fence
         assert pool.local.get(run_id) is new, "the newer claim was dropped"
-        new.phase = "starting"
+        new.phase = Phase.STARTING
         await pool._start_batch([new])
-        assert pool.local.get(run_id) is new and new.phase == "running"
+        assert pool.local.get(run_id) is new and new.phase == Phase.RUNNING
 
     asyncio.run(main())
     assert st.runs[run_id].state == "started"
@@ -189,7 +190,7 @@ def test_an_older_attempts_cancel_spares_the_newer_and_a_replaced_attempt_is_sto
         pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
         [old] = raft.read(pool._sync_claims)[0]
-        old.phase, old.execution = "running", _Execution()
+        old.phase, old.execution = Phase.RUNNING, _Execution()
         pool.local[run_id] = old
         ok(st, {"op": "release", "at": at, "node": "n1", "scope": "assigned"})
         ok(st, {"op": "plan", "at": at, "place": [[run_id, "n1"]]})
