@@ -52,13 +52,13 @@ def _cmd_read_only(args: argparse.Namespace) -> int:
 def _cmd_completion(args: argparse.Namespace) -> int:
     import shtab
 
-    from raftsched.faces.cli import build_parser
-    print(shtab.complete(build_parser(), shell=args.shell), end="")
+    print(shtab.complete(args.root_parser, shell=args.shell), end="")
     return 0
 
 
-def add_parsers(sub: Any, default_secret_env: str) -> None:
-    """The certs, secret and completion commands, on the main parser's subparsers."""
+def add_parsers(sub: Any, default_secret_env: str, root: argparse.ArgumentParser) -> None:
+    """The certs, secret and completion commands, on the main parser's subparsers
+    (``root``, the main parser, is what completion describes)."""
     p = sub.add_parser("certs", help="make a CA and node certificates for TLS")
     csub = p.add_subparsers(dest="certs_command", metavar="ACTION")
     p.set_defaults(run=None, parser=p)
@@ -87,4 +87,4 @@ def add_parsers(sub: Any, default_secret_env: str) -> None:
 
     p = sub.add_parser("completion", help="print a shell completion script")
     p.add_argument("shell", choices=("bash", "zsh"))
-    p.set_defaults(run=_cmd_completion)
+    p.set_defaults(run=_cmd_completion, root_parser=root)

@@ -11,10 +11,17 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
 
 from raftsched.core.errors import InvalidSpec, RaftschedError
+from raftsched.faces.cli_common import (
+    ADDR_ENV,
+    DEFAULT_ADDR,
+    connect,
+    emit,
+    positive_float,
+    positive_int,
+    simple_command,
+)
 from raftsched.faces.cliformat import (
     clean,
     format_drain,
@@ -30,8 +37,6 @@ from raftsched.faces.cliformat import (
 )
 from raftsched.faces.jobfile import check_job_file, load_job_file, refused_by_node
 
-DEFAULT_ADDR = "127.0.0.1:7101"
-ADDR_ENV = "RAFTSCHED_ADDR"
 DEFAULT_SECRET_ENV = "RAFTSCHED_SECRET"
 
 #: Exit codes (**contract**, docs/cli.md "Exit codes and errors"): ok, an error, a usage error, and
@@ -42,48 +47,6 @@ UNAVAILABLE_CODES = frozenset({"not_ready", "unavailable", "node_unavailable"})
 
 # ------------------------------------------------------------------ commands
 
-def addresses(args: argparse.Namespace) -> list[str]:
-    """The API addresses a command tries, in order: every ``--addr`` (each may list
-    several, comma-separated), else ``$RAFTSCHED_ADDR``, else the default."""
-    addrs: list[str] = []
-    for item in args.addr or [os.environ.get(ADDR_ENV) or DEFAULT_ADDR]:
-        addrs.extend(a.strip() for a in item.split(",") if a.strip())
-    return addrs or [DEFAULT_ADDR]
-
-
-def _client(args: argparse.Namespace) -> Any:
-    from raftsched.wire.client import Client
-
-    # No secret in the environment: the Client finds a local node's generated one.
-    return Client(addresses(args), timeout=command_timeout(args),
-                  secret_env=args.secret_env, tls_ca=args.tls_ca)
-
-
-#: What ``--timeout`` is when not given, unless the command sets its own
-#: (``default_timeout`` through ``set_defaults``: backup, add-node, remove-node).
-DEFAULT_TIMEOUT_S = 10.0
-
-
-def command_timeout(args: argparse.Namespace) -> float:
-    """``--timeout`` if given, else the command's own default, else 10 s.
-
-    A command's own default must not be ``set_defaults(timeout=...)``: argparse shares
-    the ``--timeout`` action of the common parent among every subparser, and
-    ``set_defaults`` on one changes that action's default for all of them (every
-    command waited 120 s, the backup's). ``default_timeout`` is no action's dest, so it
-    stays the one parser's."""
-    if args.timeout is not None:
-        return float(args.timeout)
-    return float(getattr(args, "default_timeout", DEFAULT_TIMEOUT_S))
-
-
-def _emit(args: argparse.Namespace, result: Any, fmt: Callable[[Any], str]) -> None:
-    if args.json:
-        print(json.dumps(result, indent=2, sort_keys=True, default=str))
-    else:
-        print(fmt(result))
-
-
 def _cmd_job_put(args: argparse.Namespace) -> int:
     specs = load_job_file(args.file)
     # The checks a put, its dry run and `job next FILE` share; the node makes its own.
@@ -91,7 +54,7 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
     if args.dry_run:
         from raftsched.faces.cli_preview import dry_run
         return dry_run(args, specs)
-    with _client(args) as client:
+    with connect(args) as client:
         if len(specs) == 1:
             results = [client.put_job(specs[0])]
         else:
@@ -103,7 +66,7 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
             results = [{k: r[k] for k in ("job", "version", "created", "warnings") if k in r}
                        for r in replies]
     if args.json:
-        _emit(args, results, str)
+        emit(args, results, str)
     else:
         for result in results:
             print(format_put(result))
@@ -114,26 +77,10 @@ def _cmd_job_put(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simple(method: str, fmt: Callable[[Any], str],
-            build: Callable[[argparse.Namespace], dict[str, Any]]) -> Callable[..., int]:
-    def run(args: argparse.Namespace) -> int:
-        kwargs = build(args)
-        if getattr(args, "stale", False):
-            kwargs["stale"] = True
-        with _client(args) as client:
-            result = getattr(client, method)(**kwargs)
-        _emit(args, result, fmt)
-        if isinstance(result, dict) and result.get("stale") and not args.json:
-            print("note: --stale: read from this node's state as it is, which may be behind "
-                  "the cluster", file=sys.stderr)
-        return 0
-    return run
-
-
 def _cmd_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with connect(args) as client:
         result = client.status(stale=True) if getattr(args, "stale", False) else client.status()
-    _emit(args, result, format_status)
+    emit(args, result, format_status)
     # Scripts and probes act on the exit code: a degraded or down cluster is not "ok".
     return EXIT_OK if isinstance(result, dict) and result.get("health") == "ok" \
         else EXIT_UNAVAILABLE
@@ -147,26 +94,6 @@ def _cmd_node(args: argparse.Namespace) -> int:
 def _cmd_local(args: argparse.Namespace) -> int:
     from raftsched.faces.local import run_local
     return int(run_local(nodes=args.nodes, base_port=args.base_port, data_dir=args.data_dir))
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be positive")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def _version() -> str:
@@ -196,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--tls-ca", metavar="PATH",
                         help="CA certificate of a TLS cluster: speak TLS, accept only nodes "
                              "it signed (default: $RAFTSCHED_TLS_CA, else no TLS)")
-    common.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+    common.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                         help="seconds a command may take, failover included (default 10; "
                              "backup 120, cluster add-node 90, remove-node 150)")
 
@@ -220,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
             ("undrain", "let node ID take runs again", "undrain")):
         q = nsub.add_parser(name, parents=[common], help=text)
         q.add_argument("id", metavar="ID")
-        q.set_defaults(run=_simple(method, format_drain, lambda a: {"node_id": a.id}))
+        q.set_defaults(run=simple_command(method, format_drain, lambda a: {"node_id": a.id}))
 
     p = sub.add_parser("cluster", help="operate the cluster")
     csub = p.add_subparsers(dest="cluster_command", metavar="ACTION")
@@ -228,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = csub.add_parser("transfer-leader", parents=[common],
                         help="hand leadership to node ID (default: the most caught-up one)")
     q.add_argument("id", metavar="ID", nargs="?")
-    q.set_defaults(run=_simple("transfer_leader", format_transfer, lambda a: {"to": a.id}))
+    q.set_defaults(run=simple_command("transfer_leader", format_transfer, lambda a: {"to": a.id}))
     q = csub.add_parser("add-node", parents=[common],
                         help="add node ID to the cluster (start it with `node --join` first)")
     q.add_argument("id", metavar="ID")
@@ -236,20 +163,20 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--api", required=True, metavar="HOST:PORT", help="its API address")
     q.add_argument("--force", action="store_true",
                    help="add it even if the cluster would then lack a reachable majority")
-    q.set_defaults(run=_simple("add_node", format_member, lambda a: {
+    q.set_defaults(run=simple_command("add_node", format_member, lambda a: {
         "node_id": a.id, "raft": a.raft, "api": a.api, "force": a.force}), default_timeout=90.0)
     q = csub.add_parser("remove-node", parents=[common],
                         help="remove node ID (drained first; its runs end)")
     q.add_argument("id", metavar="ID")
-    q.add_argument("--wait", type=_positive_float, default=60.0, metavar="SECONDS",
+    q.add_argument("--wait", type=positive_float, default=60.0, metavar="SECONDS",
                    help="how long its runs may take to end (default 60)")
-    q.set_defaults(run=_simple("remove_node", format_member, lambda a: {
+    q.set_defaults(run=simple_command("remove_node", format_member, lambda a: {
         "node_id": a.id, "wait": a.wait}), default_timeout=150.0)
 
     p = sub.add_parser("local", help="run a whole cluster on loopback, for trying it out")
-    p.add_argument("--nodes", type=_positive_int, default=3, metavar="N",
+    p.add_argument("--nodes", type=positive_int, default=3, metavar="N",
                    help="how many nodes (default 3)")
-    p.add_argument("--base-port", type=_positive_int, default=7000, metavar="P",
+    p.add_argument("--base-port", type=positive_int, default=7000, metavar="P",
                    help="node i gets raft P+i, api P+100+i, metrics P+200+i (default 7000)")
     p.add_argument("--data-dir", metavar="DIR", help="where the nodes keep their data "
                                                      "(default ./raftsched-local)")
@@ -266,9 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_job_put)
     p = jsub.add_parser("ls", parents=[common], help="list jobs")
     p.add_argument("--prefix", metavar="P", help="only job ids starting with P")
-    p.add_argument("--limit", type=_positive_int, default=1000, metavar="N")
+    p.add_argument("--limit", type=positive_int, default=1000, metavar="N")
     _stale_flag(p)
-    p.set_defaults(run=_simple("list_jobs", format_jobs,
+    p.set_defaults(run=simple_command("list_jobs", format_jobs,
                                lambda a: {"prefix": a.prefix, "limit": a.limit}))
     for name, method, verb, text in (("get", "get_job", None, "show one job"),
                                      ("rm", "delete_job", "removed", "remove a job"),
@@ -278,18 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
         fmt = format_job if verb is None else format_simple(verb)
         if verb is None:
             _stale_flag(p)
-        p.set_defaults(run=_simple(method, fmt, lambda a: {"job_id": a.id}))
+        p.set_defaults(run=simple_command(method, fmt, lambda a: {"job_id": a.id}))
     p = jsub.add_parser("resume", parents=[common], help="resume a paused job")
     p.add_argument("id", metavar="ID")
     p.add_argument("--catch-up", action="store_true",
                    help="run fire times missed while paused (per the misfire policy)")
-    p.set_defaults(run=_simple("resume", format_simple("resumed"),
+    p.set_defaults(run=simple_command("resume", format_simple("resumed"),
                                lambda a: {"job_id": a.id, "catch_up": a.catch_up}))
     p = jsub.add_parser("trigger", parents=[common], help="run a job now")
     p.add_argument("id", metavar="ID")
     p.add_argument("--force", action="store_true", help="run even if the overlap policy "
                                                         "would skip it")
-    p.set_defaults(run=_simple("trigger", format_trigger,
+    p.set_defaults(run=simple_command("trigger", format_trigger,
                                lambda a: {"job_id": a.id, "force": a.force}))
 
     from raftsched.faces.cli_preview import add_commands
@@ -299,9 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("runs", parents=[common], help="show a job's runs, newest first")
     p.add_argument("id", metavar="ID")
-    p.add_argument("--limit", type=_positive_int, default=100, metavar="N")
+    p.add_argument("--limit", type=positive_int, default=100, metavar="N")
     _stale_flag(p)
-    p.set_defaults(run=_simple("runs", format_runs,
+    p.set_defaults(run=simple_command("runs", format_runs,
                                lambda a: {"job_id": a.id, "limit": a.limit}))
 
     from raftsched.faces import cli_apply, cli_logs, cli_notify  # apply, export; notify-key
@@ -310,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_logs.add_commands(sub, common)
 
     from raftsched.faces.backupcli import add_parsers
-    add_parsers(sub, common, _client)
+    add_parsers(sub, common, connect)
 
     p = sub.add_parser("status", parents=[common], help="cluster health and nodes "
                                                         "(exit 3 unless the cluster is ok)")
@@ -318,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_status)
 
     from raftsched.faces.admin import add_parsers as add_admin_parsers
-    add_admin_parsers(sub, DEFAULT_SECRET_ENV)
+    add_admin_parsers(sub, DEFAULT_SECRET_ENV, parser)
     return parser
 
 

@@ -98,9 +98,9 @@ def exported(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from raftsched.faces.cli import _client
+    from raftsched.faces.cli_common import connect
     from raftsched.faces.cliformat import clean
-    with _client(args) as client:
+    with connect(args) as client:
         result = client.list_jobs(limit=100_000)
     specs = [exported(j["spec"]) for j in result.get("jobs") or []]
     if args.json:
@@ -125,7 +125,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def load_sources(path: str) -> tuple[list[dict[str, Any]], list[tuple[str, int, int]]]:
     """The specs of a job file, or of every ``*.toml``/``*.json`` file in a directory (not
     recursive, in name order), with each spec's ``(file, index in file, jobs in file)``."""
-    from raftsched.faces.cli import load_job_file
+    from raftsched.faces.jobfile import load_job_file
     if os.path.isdir(path):
         names = sorted(n for n in os.listdir(path)
                        if n.endswith((".toml", ".json")) and not n.startswith("."))
@@ -180,12 +180,12 @@ def format_diff(diff: dict[str, Any]) -> str:
 
 
 def _cmd_apply(args: argparse.Namespace) -> int:
-    from raftsched.faces.cli import _client
+    from raftsched.faces.cli_common import connect
     from raftsched.faces.cliformat import clean
     specs, where = load_sources(args.path)
     if not specs and not args.prune:
         raise InvalidSpec(args.path, "holds no job files (*.toml, *.json)")
-    with _client(args) as client:
+    with connect(args) as client:
         try:
             diff = client.diff_apply(specs, prune=args.prune)
             if not args.json:

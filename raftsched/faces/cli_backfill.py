@@ -1,24 +1,12 @@
 """CLI commands of backfills: ``job backfill``, ``job backfills`` and ``job
-backfill-cancel`` (registered into the parser by :mod:`raftsched.faces.cli`), and the
-lines ``status`` adds for backfills and concurrency keys."""
+backfill-cancel`` (registered into the parser by :mod:`raftsched.faces.cli`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from raftsched.faces.cliformat import clean, format_table, format_time
-
-
-def format_backfill(bf: dict[str, Any]) -> str:
-    """One backfill on one line: id, job, progress, state, counts."""
-    counts = " ".join(f"{clean(k)}={v}" for k, v in sorted((bf.get("counts") or {}).items()))
-    head = (f"{clean(bf.get('id'))} {clean(bf.get('job'))}: {bf.get('done')}/"
-            f"{bf.get('fire_times')} fire times {clean(bf.get('state'))}")
-    span = f"{format_time(bf.get('from_ms'))} .. {format_time(bf.get('to_ms'))}"
-    tail = f" ({clean(bf.get('reason'))})" if bf.get("reason") else ""
-    return f"{head}{tail}, {span}, max {bf.get('max')}, overlap {clean(bf.get('overlap'))}" \
-           + (", rerun" if bf.get("rerun") else "") + (f" [{counts}]" if counts else "")
+from raftsched.faces.cliformat import format_backfill, format_table, format_time
 
 
 def format_backfills(result: dict[str, Any]) -> str:
@@ -32,23 +20,8 @@ def format_backfills(result: dict[str, Any]) -> str:
     return format_table(["BACKFILL", "JOB", "STATE", "DONE", "ACTIVE", "NEXT", "COUNTS"], rows)
 
 
-def status_lines(status: dict[str, Any]) -> list[str]:
-    """What ``status`` adds: running backfills, and each concurrency key's use."""
-    lines = []
-    running = [b for b in status.get("backfills") or [] if b.get("state") == "running"]
-    if running:
-        lines.append("backfills:")
-        lines.extend("  " + format_backfill(b) for b in running)
-    keys = status.get("concurrency") or []
-    if keys:
-        lines.append("concurrency: " + ", ".join(
-            f"{clean(k.get('key'))} {k.get('running')}/{k.get('max')} running"
-            + (f" ({k.get('queued')} queued)" if k.get("queued") else "") for k in keys))
-    return lines
-
-
 def add_commands(jsub: Any, common: argparse.ArgumentParser) -> None:
-    from raftsched.faces.cli import _positive_int, _simple
+    from raftsched.faces.cli_common import positive_int, simple_command
 
     p = jsub.add_parser("backfill", parents=[common],
                         help="run job ID's past fire times in --from..--to once each")
@@ -60,21 +33,21 @@ def add_commands(jsub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--overlap", choices=("allow", "skip", "queue"), default="queue",
                    help="while an on-time run of the job is active: run beside it, "
                         "record the fire time skipped, or wait (default queue)")
-    p.add_argument("--max", type=_positive_int, default=1, metavar="N",
+    p.add_argument("--max", type=positive_int, default=1, metavar="N",
                    help="runs of this backfill active at once (default 1, at most 8)")
     p.add_argument("--rerun", action="store_true",
                    help="run fire times already recorded again (a new attempt of their run id)")
-    p.set_defaults(run=_simple("backfill", format_backfill, lambda a: {
+    p.set_defaults(run=simple_command("backfill", format_backfill, lambda a: {
         "job_id": a.id, "start": a.start, "end": a.end, "overlap": a.overlap,
         "max_active": a.max, "rerun": a.rerun}))
     p = jsub.add_parser("backfills", parents=[common],
                         help="running and recently finished backfills")
     p.add_argument("id", metavar="ID", nargs="?", help="only job ID's")
-    p.set_defaults(run=_simple("backfills", format_backfills, lambda a: {"job_id": a.id}))
+    p.set_defaults(run=simple_command("backfills", format_backfills, lambda a: {"job_id": a.id}))
     p = jsub.add_parser("backfill-cancel", parents=[common], help="cancel a backfill")
     p.add_argument("backfill", metavar="BACKFILL_ID", help="bf-<n>, as `job backfills` shows")
-    p.set_defaults(run=_simple("backfill_cancel", format_backfill,
+    p.set_defaults(run=simple_command("backfill_cancel", format_backfill,
                                lambda a: {"backfill_id": a.backfill}))
 
 
-__all__ = ["add_commands", "format_backfill", "format_backfills", "status_lines"]
+__all__ = ["add_commands", "format_backfills"]

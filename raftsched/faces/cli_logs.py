@@ -37,13 +37,13 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
-    from raftsched.faces.cli import _client, command_timeout
+    from raftsched.faces.cli_common import command_timeout, connect
     out = sys.stdout.buffer
     offset = 0
     attempt = args.attempt
     waited_since = time.monotonic()
     texts: list[bytes] = []
-    with _client(args) as client:
+    with connect(args) as client:
         while True:
             wait = FOLLOW_WAIT_S if args.follow else 0.0
             reply = client.run_log(args.run_id, stderr=args.stderr, offset=offset,

@@ -9,24 +9,13 @@ from typing import Any
 from raftsched.core.errors import InvalidArgument
 
 
-def format_notifications(runs: list[dict[str, Any]]) -> str:
-    """A table of the runs' notifications (empty when none has one)."""
-    from raftsched.faces.cliformat import format_table
-    rows = [[r.get("run_id"), n.get("state"), n.get("attempts"), n.get("error") or "-"]
-            for r in runs if isinstance(n := r.get("notify"), dict)]
-    if not rows:
-        return ""
-    return "--- notifications ---\n" + format_table(
-        ["RUN_ID", "NOTIFY", "ATTEMPTS", "ERROR"], rows)
-
-
 def find_secret(args: argparse.Namespace) -> str | None:
     """The cluster secret the way every client command finds it, with no node to ask:
     ``$secret_env``, else ``$RAFTSCHED_SECRET_FILE``, else the file a node at one of the
     command's addresses (:func:`~raftsched.faces.cli.addresses`) registered for this
     user — the client tries each address in turn, so a first node that is down (its
     pointer gone with it) does not hide the next one's."""
-    from raftsched.faces.cli import addresses
+    from raftsched.faces.cli_common import addresses
     from raftsched.wire.secretfile import candidate_secrets
     secret = os.environ.get(args.secret_env)
     if secret:
@@ -57,4 +46,4 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(run=_cmd_notify_key)
 
 
-__all__ = ["add_commands", "format_notifications"]
+__all__ = ["add_commands"]

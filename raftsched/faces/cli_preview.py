@@ -59,7 +59,7 @@ def format_dry_run(result: dict[str, Any]) -> str:
 
 
 def _cmd_job_next(args: argparse.Namespace) -> int:
-    from raftsched.faces.cli import _client, _emit
+    from raftsched.faces.cli_common import connect, emit
 
     if os.path.exists(args.target) or args.target == "-" or \
             args.target.endswith((".toml", ".json")):
@@ -78,10 +78,10 @@ def _cmd_job_next(args: argparse.Namespace) -> int:
         results = [dict(next_fires(job.schedule, now, args.count), id=job.id,
                         paused=job.paused) for job in jobs]
     else:
-        with _client(args) as client:
+        with connect(args) as client:
             results = [client.next_fires(args.target, count=args.count)]
     if args.json:
-        _emit(args, results if len(results) > 1 else results[0], str)
+        emit(args, results if len(results) > 1 else results[0], str)
     else:
         print("\n\n".join(format_next(r) for r in results))
     return 0
@@ -90,24 +90,24 @@ def _cmd_job_next(args: argparse.Namespace) -> int:
 def dry_run(args: argparse.Namespace, specs: list[dict[str, Any]]) -> int:
     """``job put --dry-run`` of ``specs`` (checked as the put checks them): the node
     validates and diffs as the put would; nothing is committed."""
-    from raftsched.faces.cli import _client, _emit
+    from raftsched.faces.cli_common import connect, emit
     from raftsched.faces.jobfile import refused_by_node
 
-    with _client(args) as client:
+    with connect(args) as client:
         try:
             result = client.preview_put(specs)
         except InvalidSpec as exc:
             raise refused_by_node(exc, specs) from None
-    _emit(args, result, format_dry_run)
+    emit(args, result, format_dry_run)
     return 0
 
 
 def _cmd_http_token(args: argparse.Namespace) -> int:
     """Print an HTTP bearer token (or the dashboard's address with it) of the cluster
     at --addr, derived from the secret this CLI proves to it (as every command finds it)."""
-    from raftsched.faces.cli import _client
+    from raftsched.faces.cli_common import connect
 
-    with _client(args) as client:
+    with connect(args) as client:
         tok = client.http_token(read_only=args.read_only)
         status = client.status(stale=True) if args.url else {}
     if args.url:
@@ -127,9 +127,9 @@ def add_commands(sub: Any, jsub: Any, common: argparse.ArgumentParser) -> None:
     p = jsub.add_parser("next", parents=[common],
                         help="the next fire times of job ID or of the jobs in FILE")
     p.add_argument("target", metavar="ID|FILE")
-    from raftsched.faces.cli import _positive_int
+    from raftsched.faces.cli_common import positive_int
 
-    p.add_argument("--count", type=_positive_int, default=DEFAULT_COUNT, metavar="N",
+    p.add_argument("--count", type=positive_int, default=DEFAULT_COUNT, metavar="N",
                    help=f"how many fire times (default {DEFAULT_COUNT})")
     p.set_defaults(run=_cmd_job_next)
     p = sub.add_parser("http-token", parents=[common],

@@ -190,7 +190,6 @@ def format_runs(result: dict[str, Any]) -> str:
         newest = max(with_tail, key=lambda r: (r.get("scheduled_ms") or 0, r.get("attempt") or 0))
         tail = clean(newest["tail"], multiline=True).rstrip("\n")
         out += f"\n--- output tail of {clean(newest.get('run_id'))} ---\n{tail}"
-    from raftsched.faces.cli_notify import format_notifications
     if notes := format_notifications(runs):
         out += "\n" + notes
     return out
@@ -235,9 +234,44 @@ def format_status(status: dict[str, Any]) -> str:
         lines.append(f"members (replicated, the truth): {clean(', '.join(map(str, active)))}"
                      f"; config file: {clean(', '.join(map(str, members.get('config') or [])))}")
         lines.extend(f"  - {clean(p)}" for p in members["problems"])
-    from raftsched.faces.cli_backfill import status_lines
-    lines.extend(status_lines(status))
+    lines.extend(_status_extras(status))
     return "\n".join(lines)
+
+
+def format_notifications(runs: list[dict[str, Any]]) -> str:
+    """A table of the runs' notifications (empty when none has one)."""
+    rows = [[r.get("run_id"), n.get("state"), n.get("attempts"), n.get("error") or "-"]
+            for r in runs if isinstance(n := r.get("notify"), dict)]
+    if not rows:
+        return ""
+    return "--- notifications ---\n" + format_table(
+        ["RUN_ID", "NOTIFY", "ATTEMPTS", "ERROR"], rows)
+
+
+def format_backfill(bf: dict[str, Any]) -> str:
+    """One backfill on one line: id, job, progress, state, counts."""
+    counts = " ".join(f"{clean(k)}={v}" for k, v in sorted((bf.get("counts") or {}).items()))
+    head = (f"{clean(bf.get('id'))} {clean(bf.get('job'))}: {bf.get('done')}/"
+            f"{bf.get('fire_times')} fire times {clean(bf.get('state'))}")
+    span = f"{format_time(bf.get('from_ms'))} .. {format_time(bf.get('to_ms'))}"
+    tail = f" ({clean(bf.get('reason'))})" if bf.get("reason") else ""
+    return f"{head}{tail}, {span}, max {bf.get('max')}, overlap {clean(bf.get('overlap'))}" \
+           + (", rerun" if bf.get("rerun") else "") + (f" [{counts}]" if counts else "")
+
+
+def _status_extras(status: dict[str, Any]) -> list[str]:
+    """What ``status`` adds: running backfills, and each concurrency key's use."""
+    lines = []
+    running = [b for b in status.get("backfills") or [] if b.get("state") == "running"]
+    if running:
+        lines.append("backfills:")
+        lines.extend("  " + format_backfill(b) for b in running)
+    keys = status.get("concurrency") or []
+    if keys:
+        lines.append("concurrency: " + ", ".join(
+            f"{clean(k.get('key'))} {k.get('running')}/{k.get('max')} running"
+            + (f" ({k.get('queued')} queued)" if k.get("queued") else "") for k in keys))
+    return lines
 
 
 def format_put(result: dict[str, Any]) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.faces.cli import build_parser, command_timeout
+from raftsched.faces.cli import build_parser
+from raftsched.faces.cli_common import command_timeout
 
 
 @pytest.mark.parametrize("argv", [["job", "ls"], ["status"], ["runs", "x"],

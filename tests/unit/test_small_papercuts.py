@@ -11,7 +11,7 @@ import pytest
 
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
-from raftsched.faces import cli
+from raftsched.faces import cli, cli_common
 from raftsched.faces.embedded import Scheduler
 from raftsched.node import events
 
@@ -134,7 +134,7 @@ def test_export_says_job_in_the_singular(tmp_path, monkeypatch, capsys, count: i
         def list_jobs(self, **kw: object) -> dict:
             return {"jobs": jobs, "total": len(jobs)}
 
-    monkeypatch.setattr(cli, "_client", lambda args: Fake())
+    monkeypatch.setattr(cli_common, "connect", lambda args: Fake())
     out_dir = tmp_path / "jobs"
     assert cli.main(["job", "export", "--dir", str(out_dir)]) == 0
     assert capsys.readouterr().out == f"exported {words} to {out_dir}\n"
