@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,113 @@ def test_checker_catches_violations(tmp_path: Path) -> None:
     assert CLOCK_TEXT.findall(bad) == ["datetime.now", "time.time"]
     assert CLOCK_TEXT.findall("clock.now()\nt = time()") == [".now(", "time("]
     assert not CLOCK_TEXT.findall("datetime(2026, 1, 1)\nfire_times(s)\nx.timeout(3)")
+
+
+# ------------------------------------------------------------------ no cycles
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """Module -> the package modules it imports (anywhere in it: inside functions and
+    ``TYPE_CHECKING`` blocks too), each import resolved to the longest module it names.
+    A package's ``__init__`` is left out as a target: importing ``raftsched.core`` for
+    a submodule is how Python reaches it, not a dependency on the package's body."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            named: list[str] = []
+            if isinstance(node, ast.Import):
+                named = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                named = [base] + [f"{base}.{a.name}" for a in node.names]
+            for mod in named:
+                while mod and mod not in files:
+                    mod = mod.rpartition(".")[0]
+                if mod and mod != name and files[mod].name != "__init__.py":
+                    targets.add(mod)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere() -> None:
+    """The package reads bottom-up: no module reaches itself through its imports, type-only
+    ones included (core: data, then handlers, then the dispatcher on top)."""
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_cycle_finder_finds_a_cycle(tmp_path: Path) -> None:
+    pkg = tmp_path / "raftsched" / "core"
+    pkg.mkdir(parents=True)
+    (tmp_path / "raftsched" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from raftsched.core import b\n")
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                              "    from raftsched.core.c import X\n")
+    (pkg / "c.py").write_text("def f():\n    from . import a\n")
+    (pkg / "d.py").write_text("from raftsched.core import a\n")
+    graph = _import_graph(tmp_path / "raftsched")
+    assert _cycles(graph) == [["raftsched.core.a", "raftsched.core.b", "raftsched.core.c"]]
+
+
+def test_the_client_does_not_load_the_state_machine() -> None:
+    """A CLI call or an app's ``Client`` loads the framing and msgpack helpers, not the
+    replicated state machine, its handlers or croniter."""
+    code = ("import sys, raftsched.wire.client, raftsched.faces.cli\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('raftsched.core', "
+            "'croniter')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, check=True).stdout.split()
+    assert out, "the probe printed nothing"
+    heavy = [m for m in out if m in ("raftsched.core.machine", "raftsched.core.state",
+                                     "raftsched.core.claims", "raftsched.core.trigger")
+             or m.startswith("croniter")]
+    assert not heavy, f"loaded by the client: {heavy}"
