@@ -2,7 +2,7 @@
 
 ``python -m bench.lockwork``: 10,000 W5 cron jobs put in atomic 1,000-spec commands (a
 job file is one command whatever its size; the API cuts other bulk puts into commands
-of 25, ``raftsched.node.jobops.PUT_CHUNK``; ``from_wire``, which prepares the specs, is
+of 25, ``raftsched.node.service.jobops.PUT_CHUNK``; ``from_wire``, which prepares the specs, is
 timed on its own as ``put-prep``:
 the replica runs it on the Raft thread but outside the lock), the same jobs updated by
 ``apply`` commands of 1,000 specs (``raftsched apply`` of a changed job file; its
@@ -28,8 +28,8 @@ from raftsched.core.codec import decode_command, encode_command
 from raftsched.core.commands import Finish, FinishItem, Start, StartItem, from_wire
 from raftsched.core.leader import MAX_JOBS_PER_PLAN, Capacity, LeaderContext, plan_from, plan_input
 from raftsched.core.machine import ClusterState
-from raftsched.node.plans import MAX_PLANS_IN_FLIGHT
-from raftsched.node.worker import MAX_FINISH_BATCH, MAX_START_BATCH
+from raftsched.node.leader.plans import MAX_PLANS_IN_FLIGHT
+from raftsched.node.worker.worker import MAX_FINISH_BATCH, MAX_START_BATCH
 
 S = 1000
 #: Specs per put command: the most one command takes (an atomic put, an apply).

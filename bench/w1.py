@@ -18,12 +18,12 @@ from typing import Any
 from bench import stats
 from bench.cluster import ROOT, BenchCluster, now_ms, track
 from bench.common import Ctx, Result, bulk_batch, fmt, lock_report, pysyncobj_problems
-from raftsched.node.config import Timing
+from raftsched.node.config.config import Timing
 
 SPEC_CALL = "bench.noop:stamp"
 
 
-#: Worker slots per node (raftsched.node.config.MAX_WORKERS).
+#: Worker slots per node (raftsched.node.config.config.MAX_WORKERS).
 WORKERS = 1024
 
 

@@ -31,7 +31,7 @@ from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
-from raftsched.node.config import Timing
+from raftsched.node.config.config import Timing
 
 JOBS = 50
 #: How long before a whole second each kill lands (see the module docstring).

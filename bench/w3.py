@@ -30,7 +30,7 @@ from typing import Any
 from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, fmt, lock_report, pysyncobj_problems
-from raftsched.node.config import Timing
+from raftsched.node.config.config import Timing
 from tests.support.faulthooks import fault_env
 
 JOBS = 20

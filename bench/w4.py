@@ -9,7 +9,7 @@ Steps (one 3-node cluster, N grows in steps):
    RSS per node, RSS per job.
 3. After the last N: small ``put_job`` writes from 16 threads, timed one by one, until
    every node has written ``raft.dump`` (pysyncobj compacts after 50,000 log entries
-   or 600 s, both fixed in ``raftsched/node/raft.py``), so the writes are both the load that
+   or 600 s, both fixed in ``raftsched/node/replica/raft.py``), so the writes are both the load that
    reaches the compaction threshold and the latency probe during the dump.
 4. Restart: SIGTERM all nodes, start them again, time until ``status`` answers with a
    leader and ``list_jobs`` reports all N jobs.
@@ -29,7 +29,7 @@ from bench import stats
 from bench.cluster import BenchCluster, now_ms, wait_until
 from bench.common import Ctx, Result, bulk_batch, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
-from raftsched.node.raft import LOG_COMPACTION_ENTRIES
+from raftsched.node.replica.raft import LOG_COMPACTION_ENTRIES
 
 FAR = {"at": "2099-01-01T00:00:00Z"}
 TICK_JOBS = 10

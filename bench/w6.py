@@ -131,7 +131,7 @@ def run_w6(ctx: Ctx) -> Result:
         "restarted nodes replay that from their journals, which counts in the lock "
         "figures (the site column says which holds were replay applies).",
         "Lock holds over 20 ms are logged by each node with where the lock was taken "
-        "(`raftsched/node/timedlock.py`); the site column groups them.",
+        "(`raftsched/node/replica/timedlock.py`); the site column groups them.",
         lock_cpu_note(locks),
     ]
     return res

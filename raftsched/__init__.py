@@ -19,7 +19,7 @@ _EXPORTS = {
     "Scheduler": "raftsched.faces.embedded",
     "AsyncScheduler": "raftsched.faces.asyncsched",
     "ReconcileReport": "raftsched.faces.declare",
-    "RunContext": "raftsched.node.executor",
+    "RunContext": "raftsched.node.worker.executor",
     "JobSpec": "raftsched.core.model",
     "Overlap": "raftsched.core.model",
     "MisfirePolicy": "raftsched.core.model",
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from raftsched.faces.asyncsched import AsyncScheduler
     from raftsched.faces.declare import ReconcileReport
     from raftsched.faces.embedded import Scheduler
-    from raftsched.node.runtypes import RunContext
+    from raftsched.node.worker.runtypes import RunContext
     from raftsched.wire.client import Client
 
 

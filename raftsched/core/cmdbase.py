@@ -13,6 +13,20 @@ from typing import Any, ClassVar, Self
 from raftsched.core.errors import InvalidArgument
 from raftsched.core.packing import packb
 
+#: The commands this release knows beyond those of the release before it, as its
+#: heartbeats announce them: ``apply`` (the ``apply`` command), ``notify`` (the
+#: ``notify`` spec field, ``notify_default`` and ``notified``), ``lease`` (a
+#: ``release`` carrying ``hb``), ``certify`` (the ``certify`` command: death
+#: certificates), ``bounds`` (the ``start``/``end`` spec fields), ``http`` (the
+#: ``http`` spec field: an older release refuses such a spec in its apply) and ``deps``
+#: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
+#: command version 5, snapshot version 3).
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps")
+#: Dependent jobs, concurrency keys and backfills: only once every member has them.
+DEPS_FEATURE = "deps"
+#: A release decided by a node's lease (``Release.hb``): only once every member checks it.
+LEASE_FEATURE = "lease"
+
 #: Version of replicated commands written by this code. 2: every leader-only command
 #: (``leader``, ``plan``, ``release``) carries its proposer's term and node, checked
 #: against the log entry's own term (a v1 ``release`` had neither); and a client
@@ -245,6 +259,9 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 
 
 __all__ = [
+    "DEPS_FEATURE",
+    "FEATURES",
+    "LEASE_FEATURE",
     "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "MAX_AT_MS",
     "MAX_BATCH", "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION",
     "ClientCommand", "Command", "any_bounds", "any_deps", "any_past_at", "base_fields",

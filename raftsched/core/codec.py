@@ -215,7 +215,7 @@ def _ext_fields(ext: dict[str, Any], it: _Interner) -> dict[str, Any]:
 def encode_state(st: ClusterState) -> bytes:
     """The whole state as versioned msgpack (deterministic for a given state). For a
     big state, pause the cyclic collector around it (the node does:
-    :func:`raftsched.node.gcwatch.paused`)."""
+    :func:`raftsched.node.observe.gcwatch.paused`)."""
     jobs = [[spec_to_row(r.spec), r.version, r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms,
              list(r.active), list(r.last) if r.last else None]
             for _, r in sorted(st.jobs.items())]

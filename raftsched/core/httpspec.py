@@ -3,7 +3,7 @@
 ``http = { url = "...", method = "POST", headers = {...}, body = "...", timeout = "30s",
 expect = [200, 204], ca = "/etc/ssl/our-ca.pem" }`` in a spec, instead of ``command``
 or ``call``. Pure: validation and the spec's dict form; the request itself is made by
-the node (``raftsched/node/httpjob.py``).
+the node (``raftsched/node/worker/httpjob.py``).
 
 Secrets: header values and the body are shown by ``job get`` as written. A value that
 must stay secret goes into the job's ``env`` (masked everywhere) and is named as

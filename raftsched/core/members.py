@@ -4,7 +4,7 @@ The cluster TOML only seeds it: the first leader of a new cluster commits the TO
 members (``member`` op, action ``seed``, applied only while there are none). After
 that, ``add`` and ``remove`` commands change it, one node at a time, beside
 pysyncobj's own membership entries (which decide the Raft quorum; see
-``raftsched/node/membership.py`` for the order of the two). A removed id stays
+``raftsched/node/service/membership.py`` for the order of the two). A removed id stays
 recorded as removed, so a node that comes back under it is told so and is never
 given work; ids are not reused.
 

@@ -124,7 +124,7 @@ def apply_leader(st: StateData, cmd: LeaderRecord) -> dict[str, Any]:
 
 
 def apply_read(st: StateData, cmd: Read) -> dict[str, Any]:
-    """A read barrier (raftsched/node/reads.py): its apply on a node proves that node
+    """A read barrier (raftsched/node/replica/reads.py): its apply on a node proves that node
     has applied everything committed before it. Changes nothing."""
     return {"ok": True}
 

@@ -5,7 +5,7 @@ leader commits from its ``[notify]`` config with the ``notify_default`` command)
 outcomes worth a webhook. When a run ends in one of them (or fire times are recorded
 ``missed``/``shed``), the same apply that records the outcome adds a pending
 :class:`Delivery` carrying the JSON body, so every replica has it: a new leader delivers
-what the old one did not. The leader's notifier (``raftsched/node/notifier.py``) posts
+what the old one did not. The leader's notifier (``raftsched/node/leader/notifier.py``) posts
 due deliveries outside ``raft.lock`` and commits each attempt's result (``notified``):
 delivered, retry at a time it chose, or given up. Delivery is **at least once**: a leader
 that dies after the receiver answered but before ``delivered`` committed is followed by a

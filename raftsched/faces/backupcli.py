@@ -25,7 +25,7 @@ def _describe(header: dict[str, Any]) -> str:
 
 
 def cmd_backup(args: argparse.Namespace, client_of: Callable[[argparse.Namespace], Any]) -> int:
-    from raftsched.node.backupfile import read_header
+    from raftsched.node.service.backupfile import read_header
 
     with client_of(args) as client:
         data = client.backup()
@@ -48,8 +48,8 @@ def cmd_backup(args: argparse.Namespace, client_of: Callable[[argparse.Namespace
 def cmd_restore(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from raftsched.node.backup import restore
-    from raftsched.node.config import load_config
+    from raftsched.node.config.config import load_config
+    from raftsched.node.service.backup import restore
 
     cfg = load_config(args.config)
     if args.data_dir:

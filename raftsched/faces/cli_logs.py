@@ -1,7 +1,7 @@
 """``raftsched logs RUN_ID [--follow] [--stderr] [--attempt N]``: a run's full log.
 
 The log is on the node that ran the attempt; any node fetches it from there
-(raftsched/node/logops.py). The bytes are written to stdout as the job wrote them
+(raftsched/node/service/logops.py). The bytes are written to stdout as the job wrote them
 (``--json``: one object, the text decoded as UTF-8). Notes go to stderr: that the
 other stream has output too, that the run is still going (without ``--follow``), or
 that the log was removed by the node's limits.

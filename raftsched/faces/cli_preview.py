@@ -65,8 +65,8 @@ def _cmd_job_next(args: argparse.Namespace) -> int:
             args.target.endswith((".toml", ".json")):
         # A file: computed here, no cluster needed (check a schedule before shipping it).
         from raftsched.faces.jobfile import check_job_file, load_job_file
-        from raftsched.node.clock import now_ms
-        from raftsched.node.preview import MAX_COUNT, next_fires
+        from raftsched.node.observe.clock import now_ms
+        from raftsched.node.service.preview import MAX_COUNT, next_fires
 
         if args.count > MAX_COUNT:
             raise InvalidSpec("--count", f"must be 1..{MAX_COUNT}")

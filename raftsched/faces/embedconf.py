@@ -3,7 +3,7 @@
 1. ``config="cluster.toml"`` (or ``$RAFTSCHED_CONFIG``) and ``node_id`` (or
    ``$RAFTSCHED_NODE_ID``): member ``node_id`` of that file's cluster.
 2. ``peers="n1=RAFT/API,..."`` (or ``$RAFTSCHED_PEERS``) and ``node_id``: the same,
-   from one line (see :mod:`raftsched.node.peers`), so one image serves every replica.
+   from one line (see :mod:`raftsched.node.config.peers`), so one image serves every replica.
 3. Neither: the single-node default (./raftsched-embedded, 127.0.0.1:7091/7191).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from raftsched.core.errors import ConfigError
-from raftsched.node.config import ClusterConfig, embedded_default, load_config
-from raftsched.node.peers import PEERS_ENV, parse_peers
+from raftsched.node.config.config import ClusterConfig, embedded_default, load_config
+from raftsched.node.config.peers import PEERS_ENV, parse_peers
 
 CONFIG_ENV = "RAFTSCHED_CONFIG"
 NODE_ID_ENV = "RAFTSCHED_NODE_ID"

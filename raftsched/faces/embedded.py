@@ -50,7 +50,7 @@ from typing import Any
 from raftsched.core.errors import DataDirLocked, InvalidArgument
 from raftsched.faces import declare, embedconf
 from raftsched.faces.declare import ReconcileReport, call_name
-from raftsched.node.config import resolve_secret
+from raftsched.node.config.config import resolve_secret
 from raftsched.node.datadir import DataDirLock
 from raftsched.wire.client import Client
 from raftsched.wire.secretfile import cluster_id, load_or_create_secret

@@ -316,7 +316,7 @@ class LoopbackCluster:
                 if ppid != node:
                     continue
                 with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if b"raftsched/node/guardproc.py" in f.read():
+                    if b"raftsched/node/worker/guardproc.py" in f.read():
                         return int(name)
             except (OSError, ValueError, IndexError):
                 continue

@@ -28,7 +28,7 @@ from raftsched.faces.launcher import (
     terminate_procs,
 )
 from raftsched.node import ports
-from raftsched.node.config import DEFAULT_SECRET_ENV, load_config
+from raftsched.node.config.config import DEFAULT_SECRET_ENV, load_config
 from raftsched.wire.client import Client
 from raftsched.wire.secretfile import load_or_create_secret
 

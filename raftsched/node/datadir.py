@@ -38,7 +38,7 @@ from raftsched.node import ports
 from raftsched.wire.secretfile import register
 
 if TYPE_CHECKING:
-    from raftsched.node.config import ClusterConfig
+    from raftsched.node.config.config import ClusterConfig
 
 log = logging.getLogger("raftsched.node")
 

@@ -16,13 +16,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from raftsched.core.effects import Effect, NodeCertified, RangeMissed, RunEnded
-from raftsched.node.config import split_addr
+from raftsched.node.config.config import split_addr
 
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
-    from raftsched.node.loopsnapshot import LoopSnapshot
-    from raftsched.node.raft import RaftNode
-    from raftsched.node.worker import WorkerStatistics
+    from raftsched.node.observe.loopsnapshot import LoopSnapshot
+    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.worker.worker import WorkerStatistics
 
 #: Raft lock holds: the target is none over 20 ms (docs/architecture.md, the lock budget).
 _HOLD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25,

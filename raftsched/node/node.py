@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease
+from raftsched.core.cmdbase import FEATURES
 from raftsched.core.effects import (
     ClaimsReleased,
     Effect,
@@ -43,45 +44,37 @@ from raftsched.core.effects import (
     TransferAsked,
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
-from raftsched.node import (
-    applyops,
-    audit,
-    certify,
-    datadir,
-    eventpolicy,
-    events,
-    gcwatch,
-    membercheck,
-    membership,
-    notifier,
-    shutdown,
-)
-from raftsched.node.backfillops import BackfillOps
-from raftsched.node.backup import Backups
-from raftsched.node.clock import now_ms, set_offset_file, set_offset_ms
-from raftsched.node.clusterops import ClusterOps
-from raftsched.node.config import (
+from raftsched.node import datadir, shutdown
+from raftsched.node.config.config import (
     ClusterConfig,
     check_bind_safety,
     resolve_secret,
     split_addr,
 )
+from raftsched.node.config.secrets import SecretSource
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
-from raftsched.node.feed import LiveFeed
-from raftsched.node.guard import Guard
-from raftsched.node.jobops import JobOps, Op
-from raftsched.node.leaderloop import LeaderLoop
-from raftsched.node.liveness import Liveness
-from raftsched.node.logops import LogOps
-from raftsched.node.loopsnapshot import LoopSnapshot
-from raftsched.node.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
-from raftsched.node.readpace import ReadPacer
-from raftsched.node.reads import ReadBarrier
-from raftsched.node.runlog import LogLimits, RunLogs
-from raftsched.node.secrets import SecretSource
-from raftsched.node.status import StatusView
-from raftsched.node.worker import WorkerPool, WorkerStatistics
-from raftsched.node.writes import ClientWrites
+from raftsched.node.leader import notifier
+from raftsched.node.leader.leaderloop import LeaderLoop
+from raftsched.node.observe import eventpolicy, events, gcwatch
+from raftsched.node.observe.clock import now_ms, set_offset_file, set_offset_ms
+from raftsched.node.observe.feed import LiveFeed
+from raftsched.node.observe.loopsnapshot import LoopSnapshot
+from raftsched.node.replica.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
+from raftsched.node.replica.readpace import ReadPacer
+from raftsched.node.replica.reads import ReadBarrier
+from raftsched.node.replica.writes import ClientWrites
+from raftsched.node.service import applyops, audit, membercheck, membership
+from raftsched.node.service.backfillops import BackfillOps
+from raftsched.node.service.backup import Backups
+from raftsched.node.service.clusterops import ClusterOps
+from raftsched.node.service.jobops import JobOps, Op
+from raftsched.node.service.logops import LogOps
+from raftsched.node.service.status import StatusView
+from raftsched.node.worker import certify
+from raftsched.node.worker.guard import Guard
+from raftsched.node.worker.liveness import Liveness
+from raftsched.node.worker.runlog import LogLimits, RunLogs
+from raftsched.node.worker.worker import WorkerPool, WorkerStatistics
 from raftsched.wire.api import ApiServer
 from raftsched.wire.certs import server_context
 from raftsched.wire.secretfile import unregister
@@ -174,7 +167,7 @@ class Node:
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=applyops.FEATURES,
+                                 features=FEATURES,
                                  on_event=self.feed.own)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
@@ -536,7 +529,7 @@ def run_node(config_path: str | None, node_id: str | None, data_dir: str | None 
              join: bool = False) -> int:
     """``raftsched node``: run one node until SIGINT/SIGTERM/SIGHUP; returns the exit code."""
     from raftsched.core.errors import ConfigError
-    from raftsched.node.config import embedded_default, load_config
+    from raftsched.node.config.config import embedded_default, load_config
     from raftsched.node.metrics import Metrics, Sources, serve_metrics
 
     early_stop: list[bool] = []

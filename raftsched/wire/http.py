@@ -206,7 +206,7 @@ class HttpServer:
                 and request.path not in _READ_POSTS:
             return _error(403, "forbidden", "this token is read-only; writes need the "
                                             "admin token")
-        # Audit events name the credential (never the token): see node/audit.py.
+        # Audit events name the credential (never the token): see node/service/audit.py.
         presented = request.headers.get("Authorization", "").partition(" ")[2].strip()
         cred = CREDENTIAL.set(Credential(
             name=f"http-{role.value}:{fingerprint(presented)}",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from raftsched.node.backupfile import decode_backup
+from raftsched.node.service.backupfile import decode_backup
 from tests.support.harness import ROOT, Cluster, read_witness, wait_until, witness_command
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.errors import Conflict
-from raftsched.node.jobops import PUT_CHUNK, chunk_request_id
+from raftsched.node.service.jobops import PUT_CHUNK, chunk_request_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from raftsched.core.model import JobSpec
-from raftsched.node.executor import Execution
-from raftsched.node.runlog import LogLimits, RunLogs
-from raftsched.node.runtypes import ExecutionResult, RunContext
+from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.runlog import LogLimits, RunLogs
+from raftsched.node.worker.runtypes import ExecutionResult, RunContext
 from raftsched.wire import certs
 from tests.support.faulthooks import fault_env
 from tests.support.harness import ROOT, Cluster, free_ports, wait_until

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from raftsched.core.errors import LimitExceeded, Overloaded, UnknownJob
-from raftsched.node.capture import CUT_LINE, CUT_MARK
-from raftsched.node.config import Timing
-from raftsched.node.raft import RaftNode
+from raftsched.node.config.config import Timing
+from raftsched.node.replica.raft import RaftNode
+from raftsched.node.worker.capture import CUT_LINE, CUT_MARK
 from tests.fuzz import FRAME, RawConn, check_reply, frame, packb
 from tests.support.harness import Cluster, free_ports, wait_until
 

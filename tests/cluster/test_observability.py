@@ -69,7 +69,7 @@ def test_metrics_move_as_runs_happen_and_health_endpoints_answer(cluster_factory
     assert after["raftsched_raft_lock_hold_seconds_count"] > before.get(
         "raftsched_raft_lock_hold_seconds_count", 0)
     assert 0 < after["raftsched_raft_lock_hold_max_seconds"] < 0.5
-    # The stall figures (raftsched.node.stalls) are there; this one-node cluster has no
+    # The stall figures (raftsched.node.replica.stalls) are there; this one-node cluster has no
     # leader reporting to it and waited out no silence.
     assert after["raftsched_raft_stall_seconds"] >= 0
     assert after["raftsched_leader_stall_seconds"] == 0

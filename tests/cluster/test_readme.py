@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from raftsched.core.model import JobSpec
-from raftsched.node.config import load_config
+from raftsched.node.config.config import load_config
 from tests.support.harness import (
     ROOT,
     json_lines,
@@ -390,7 +390,7 @@ def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
     assert [n.id for n in cfg.nodes] == ["n1"] and cfg.nodes[0].workers == 4
     assert cfg.nodes[0].http == "127.0.0.1:7301"
     # The run-log bounds of docs/operations.md: valid, and the defaults they claim.
-    from raftsched.node.config import Limits
+    from raftsched.node.config.config import Limits
     cfg_path.write_text(block("toml", "[cluster]").text + block("toml", "[limits]").text)
     logs = load_config(str(cfg_path)).limits
     assert logs == Limits() and logs.log_bytes_per_node == 1 << 30

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.errors import RaftschedError
-from raftsched.node.raft import JOURNAL_FILE
+from raftsched.node.replica.raft import JOURNAL_FILE
 from tests.support.harness import ROOT
 from tests.support.journalhooks import hook_dir, violations
 

@@ -1,4 +1,4 @@
-"""A leader that stalls while alive is waited out, not deposed (raftsched.node.stalls).
+"""A leader that stalls while alive is waited out, not deposed (raftsched.node.replica.stalls).
 
 Three real replicas ticked by one thread (tests.support.raftcluster), so a stall of the
 leader's Raft thread is exact: the leader is not ticked for a while, the followers are.

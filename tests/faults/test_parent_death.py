@@ -59,7 +59,7 @@ def test_killing_the_node_kills_its_running_jobs_promptly(cluster_factory, tmp_p
     rec = wait_until(lambda: json_lines(out), 20, "the job to start")[0]
     node_pid = c.procs["n1"].pid
     guard_pids = [int(p) for p in os.listdir("/proc") if p.isdigit()
-                  and "raftsched/node/guardproc.py" in _cmdline(int(p))
+                  and "raftsched/node/worker/guardproc.py" in _cmdline(int(p))
                   and _ppid(int(p)) == node_pid]
     assert len(guard_pids) == 1
     # Its own session and group (start_new_session), a child of the node's guard (which

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from raftsched.node.compat import raft_now
+from raftsched.node.replica.compat import raft_now
 from tests.support.raftcluster import Cluster, establish
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]

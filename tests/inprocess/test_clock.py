@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from raftsched.node import clock
+from raftsched.node.observe import clock
 
 
 @pytest.fixture(autouse=True)

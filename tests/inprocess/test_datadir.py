@@ -224,7 +224,7 @@ def test_a_compacted_journal_needs_its_snapshot_and_a_damaged_snapshot_is_refuse
 
 
 def test_journals_after_the_adapter_s_prefix_move_pass(tmp_path: Any) -> None:
-    from raftsched.node.compat import drop_journal_prefix
+    from raftsched.node.replica.compat import drop_journal_prefix
 
     path = str(tmp_path / "raft.journal")
     j = FileJournal(path)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from raftsched.core.model import JobSpec
-from raftsched.node.callpool import CallPool
-from raftsched.node.executor import Execution
-from raftsched.node.runtypes import ExecutionResult, RunContext
+from raftsched.node.worker.callpool import CallPool
+from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.runtypes import ExecutionResult, RunContext
 from tests.support.harness import await_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import raftsched.node.node as node_mod
-import raftsched.node.raft  # noqa: F401 - registers the at-fork hook under test
+import raftsched.node.replica.raft  # noqa: F401 - registers the at-fork hook under test
 from tests.support.harness import ROOT, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -38,7 +38,7 @@ def test_a_forked_child_does_not_keep_the_listening_sockets() -> None:
 
 
 def _fork_from_a_thread(tmp_path, thread_name: str) -> tuple[bool, int]:
-    """A process that imported raftsched.node.raft forks from a thread named ``thread_name``
+    """A process that imported raftsched.node.replica.raft forks from a thread named ``thread_name``
     and exits; returns (did the child outlive it, the child's niceness)."""
     marker = tmp_path / f"survived-{thread_name}"
     nice = tmp_path / f"nice-{thread_name}"
@@ -46,7 +46,7 @@ def _fork_from_a_thread(tmp_path, thread_name: str) -> tuple[bool, int]:
     script = (
         "import os, sys, threading, time\n"
         f"sys.path.insert(0, {ROOT!r})\n"
-        "import raftsched.node.raft\n"
+        "import raftsched.node.replica.raft\n"
         "def fork():\n"
         "    if os.fork() == 0:\n"
         f"        open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
@@ -83,9 +83,9 @@ def _fork_from_a_thread(tmp_path, thread_name: str) -> tuple[bool, int]:
 def test_the_snapshot_writer_dies_with_the_node_and_yields_the_cpu(tmp_path) -> None:
     """pysyncobj forks its snapshot writer from its tick thread: that child must not
     live on after the node, and runs at a lower priority than the node."""
-    survived, nice = _fork_from_a_thread(tmp_path, raftsched.node.raft.RAFT_THREAD_NAME)
+    survived, nice = _fork_from_a_thread(tmp_path, raftsched.node.replica.raft.RAFT_THREAD_NAME)
     assert not survived, "the forked child outlived the node process"
-    assert nice >= os.nice(0) + raftsched.node.raft.SNAPSHOT_NICE or nice == 19
+    assert nice >= os.nice(0) + raftsched.node.replica.raft.SNAPSHOT_NICE or nice == 19
 
 
 def test_forks_of_an_embedding_application_are_left_alone(tmp_path) -> None:

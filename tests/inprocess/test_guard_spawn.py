@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from raftsched.node.guard import Guard
+from raftsched.node.worker.guard import Guard
 
 pytestmark = pytest.mark.timeout(90)
 

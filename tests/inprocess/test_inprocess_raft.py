@@ -1,6 +1,6 @@
 """Issue 13 item 5: an in-process cluster of real replicas, ticked by the test.
 
-Three :class:`~raftsched.node.raft.RaftNode` replicas (real pysyncobj, real loopback
+Three :class:`~raftsched.node.replica.raft.RaftNode` replicas (real pysyncobj, real loopback
 TCP, real journals) are made with ``auto_tick=False``: there is no Raft thread, the
 test calls each replica's ``tick`` in turn, and a replica it does not tick is paused —
 exactly like a SIGSTOPped process, its sockets open, its peers' messages waiting in

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pysyncobj.journal import FileJournal
 
-from raftsched.node.compat import drop_journal_prefix
+from raftsched.node.replica.compat import drop_journal_prefix
 
 pytestmark = pytest.mark.timeout(60)
 

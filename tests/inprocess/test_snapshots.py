@@ -23,9 +23,9 @@ from raftsched.core.codec import encode_state
 from raftsched.core.commands import Heartbeat
 from raftsched.core.machine import ClusterState
 from raftsched.faces.launcher import free_ports
-from raftsched.node.compat import raft_now
-from raftsched.node.config import Timing
-from raftsched.node.raft import DUMP_FILE, RaftNode, write_seed_dump
+from raftsched.node.config.config import Timing
+from raftsched.node.replica.compat import raft_now
+from raftsched.node.replica.raft import DUMP_FILE, RaftNode, write_seed_dump
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raftsched.node.timedlock import TimedLock
+from raftsched.node.replica.timedlock import TimedLock
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from raftsched.node import worker, workercommits
-from raftsched.node.clock import now_ms
+from raftsched.node.observe.clock import now_ms
+from raftsched.node.worker import worker, workercommits
 from tests.support.harness import await_until
 
 pytestmark = pytest.mark.timeout(30)

@@ -82,7 +82,7 @@ def install_from_env() -> None:
 def install(fault: str) -> Callable[[], None]:
     """Install ``fault`` in this process; returns what undoes it."""
     if fault == "exit_after_claim":
-        from raftsched.node.worker import WorkerPool
+        from raftsched.node.worker.worker import WorkerPool
 
         def exit_on_claim(orig: Any) -> Any:
             def _sync_claims(self: Any, st: Any) -> Any:
@@ -94,7 +94,7 @@ def install(fault: str) -> Callable[[], None]:
 
         return _wrap(WorkerPool, "_sync_claims", exit_on_claim)
     if fault == "unanswered_heartbeat":
-        from raftsched.node.liveness import Liveness
+        from raftsched.node.worker.liveness import Liveness
 
         def drop_one_ack(orig: Any) -> Any:
             def __init__(self: Any, *args: Any, **kw: Any) -> None:
@@ -104,7 +104,7 @@ def install(fault: str) -> Callable[[], None]:
 
         return _wrap(Liveness, "__init__", drop_one_ack)
     if fault == "announce_no_http":
-        from raftsched.node.liveness import Liveness
+        from raftsched.node.worker.liveness import Liveness
 
         def older_release(orig: Any) -> Any:
             def __init__(self: Any, *args: Any, **kw: Any) -> None:

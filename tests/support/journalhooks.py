@@ -4,7 +4,7 @@ switch:
 
 * ``RS_TEST_JOURNAL_TRACE=<file>``: every journal event of the node (append, sync,
   acknowledgement of an append, a leader's commit, apply), one line each, in the Raft thread's
-  order (:func:`raftsched.node.durable.set_tracer`), read back by :func:`violations`.
+  order (:func:`raftsched.node.replica.durable.set_tracer`), read back by :func:`violations`.
 * ``RS_TEST_LOSSY_JOURNAL=1``: the journal's file is a :class:`LossyFile`, whose writes
   reach the disk only when the journal syncs; a SIGKILL then loses exactly what a power
   cut loses of a file in the page cache. (Whole pages at sync granularity: the kernel
@@ -101,7 +101,7 @@ def install_from_env() -> None:
         return
     from pysyncobj.journal import FileJournal
 
-    from raftsched.node import durable
+    from raftsched.node.replica import durable
 
     if trace:
         fd = os.open(trace, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -1,6 +1,6 @@
 """An in-process cluster of three real replicas, ticked by the test.
 
-Three :class:`~raftsched.node.raft.RaftNode` replicas (real pysyncobj, real loopback
+Three :class:`~raftsched.node.replica.raft.RaftNode` replicas (real pysyncobj, real loopback
 TCP, real journals) made with ``auto_tick=False``: there is no Raft thread, the test
 calls each replica's ``tick`` in turn, and a replica it does not tick is paused, like a
 SIGSTOPped process (its sockets open, its peers' messages waiting in the kernel), but
@@ -17,8 +17,8 @@ from typing import Any
 from raftsched.core.codec import encode_state
 from raftsched.core.commands import Heartbeat, LeaderRecord
 from raftsched.faces.launcher import free_ports
-from raftsched.node.config import Timing
-from raftsched.node.raft import RaftNode
+from raftsched.node.config.config import Timing
+from raftsched.node.replica.raft import RaftNode
 
 #: Generous: every wait below is bounded by this (a loaded machine ticks slowly).
 DEADLINE_S = 40.0

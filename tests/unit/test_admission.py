@@ -1,5 +1,5 @@
 """Admission control on a fake clock: the leader's rate of new runs grows while the
-cluster keeps up and falls when it does not (raftsched/node/admission.py)."""
+cluster keeps up and falls when it does not (raftsched/node/leader/admission.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.node import admission
-from raftsched.node.admission import Admission
+from raftsched.node.leader import admission
+from raftsched.node.leader.admission import Admission
 from tests.support.budget import examples
 
 P = admission.PERIOD_S

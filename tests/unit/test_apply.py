@@ -91,11 +91,12 @@ def test_new_commands_wait_until_every_member_announces_them() -> None:
     a rolling upgrade) would refuse those commands and part from the others' state."""
     from types import SimpleNamespace
 
+    from raftsched.core.cmdbase import FEATURES
     from raftsched.core.codec import decode_state, encode_state
     from raftsched.core.commands import Heartbeat
     from raftsched.core.errors import Conflict
     from raftsched.core.records import NodeRecord
-    from raftsched.node.applyops import FEATURES, Features
+    from raftsched.node.service.applyops import Features
 
     st = ClusterState()
     for nid, features in (("n1", FEATURES), ("n2", None)):

@@ -1,4 +1,4 @@
-"""The backup file's envelope (node/backupfile.py): what it checks before a restore."""
+"""The backup file's envelope (node/service/backupfile.py): what it checks before a restore."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from raftsched.core.codec import encode_state
 from raftsched.core.errors import CorruptBackup
 from raftsched.core.machine import ClusterState
-from raftsched.node.backupfile import decode_backup, encode_backup, read_header, seed_state
+from raftsched.node.service.backupfile import decode_backup, encode_backup, read_header, seed_state
 
 
 def backup() -> bytes:

@@ -420,8 +420,9 @@ def test_equal_bounded_schedules_are_shared_on_restore() -> None:
 def test_the_rolling_upgrade_gate_names_bounds() -> None:
     from types import SimpleNamespace
 
+    from raftsched.core.cmdbase import FEATURES
     from raftsched.core.errors import Conflict
-    from raftsched.node.applyops import FEATURES, Features
+    from raftsched.node.service.applyops import Features
 
     state = ClusterState()
     old = tuple(f for f in FEATURES if f != "bounds")

@@ -11,8 +11,8 @@ import pytest
 
 from raftsched.core.commands import Certify
 from raftsched.core.errors import Unauthenticated
-from raftsched.node.certify import CertifyOps
-from raftsched.node.guard import proof
+from raftsched.node.worker.certify import CertifyOps
+from raftsched.node.worker.guard import proof
 
 
 class _Writes:

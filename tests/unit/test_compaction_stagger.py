@@ -1,4 +1,4 @@
-"""Each node draws its own snapshot threshold (raftsched.node.raft.compaction_entries):
+"""Each node draws its own snapshot threshold (raftsched.node.replica.raft.compaction_entries):
 with one threshold every member of a cluster, whose logs have the same length, wrote
 its snapshot at the same moment, and a 5,000 runs/s storm lost every node's spare CPU
 at once for ~5 s (bench/results/2026-12-04-snapshot-storm.md)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from raftsched.node.raft import LOG_COMPACTION_ENTRIES, compaction_entries
+from raftsched.node.replica.raft import LOG_COMPACTION_ENTRIES, compaction_entries
 
 
 def test_thresholds_lie_between_the_base_and_half_as_much_again_and_differ() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.node import compat
+from raftsched.node.replica import compat
 
 
 def test_the_installed_pysyncobj_is_the_pinned_one_with_every_patched_internal() -> None:
@@ -48,7 +48,7 @@ def test_only_the_raft_adapter_compat_and_its_journal_layer_import_pysyncobj() -
     import ast
     from pathlib import Path
 
-    pkg = Path(compat.__file__).resolve().parents[1]
+    pkg = Path(compat.__file__).resolve().parents[2]
     importers = set()
     for path in pkg.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -56,4 +56,5 @@ def test_only_the_raft_adapter_compat_and_its_journal_layer_import_pysyncobj() -
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             if any(n.split(".")[0] == "pysyncobj" for n in names):
                 importers.add(str(path.relative_to(pkg)))
-    assert importers <= {"node/raft.py", "node/compat.py", "node/durable.py"}, importers
+    assert importers <= {"node/replica/raft.py", "node/replica/compat.py",
+                         "node/replica/durable.py"}, importers

@@ -1,4 +1,4 @@
-"""Tests for raftsched.node.config: the example file, defaults, and every rejection
+"""Tests for raftsched.node.config.config: the example file, defaults, and every rejection
 naming its key."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftsched.core.errors import ConfigError
-from raftsched.node.config import (
+from raftsched.node.config.config import (
     DEFAULT_API_ADDR,
     DEFAULT_DURABILITY,
     DEFAULT_METRICS_ADDR,
@@ -32,7 +32,7 @@ from raftsched.node.config import (
     resolve_secret,
     split_addr,
 )
-from raftsched.node.notifyconfig import NotifyConfig
+from raftsched.node.config.notifyconfig import NotifyConfig
 from tests.support.budget import examples
 
 pytestmark = pytest.mark.timeout(30)

@@ -13,8 +13,8 @@ import pytest
 from raftsched.core.errors import ConfigError, InvalidSpec
 from raftsched.core.machine import ClusterState
 from raftsched.faces import declare, embedconf
-from raftsched.node import capture
-from raftsched.node.peers import parse_peers
+from raftsched.node.config.peers import parse_peers
+from raftsched.node.worker import capture
 from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(30)
@@ -221,7 +221,7 @@ def test_a_tail_keeps_the_last_characters() -> None:
 
 def test_a_declaration_put_is_written_as_version_3_so_an_older_node_stops_on_it() -> None:
     from raftsched.core.commands import PAST_AT_VERSION, PutJobs, from_wire
-    from raftsched.node.jobops import put_version
+    from raftsched.node.service.jobops import put_version
 
     spec = declare.build_spec(tick, id="t", every="1s")
     cmd = PutJobs(specs=(spec,), if_changed=True, at=T0, v=put_version(True))

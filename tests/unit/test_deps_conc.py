@@ -392,8 +392,9 @@ def _drive(st: ClusterState, rng: random.Random, at: int) -> Any:
 def test_the_rolling_upgrade_gate_names_deps() -> None:
     from types import SimpleNamespace
 
+    from raftsched.core.cmdbase import FEATURES
     from raftsched.core.errors import Conflict
-    from raftsched.node.applyops import FEATURES, Features
+    from raftsched.node.service.applyops import Features
 
     st = ClusterState()
     old = tuple(f for f in FEATURES if f != "deps")

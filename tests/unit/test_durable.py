@@ -1,4 +1,4 @@
-"""Group commit's journal layer (raftsched.node.durable) on a real pysyncobj journal
+"""Group commit's journal layer (raftsched.node.replica.durable) on a real pysyncobj journal
 file: what is unsynced, when answers leave, and the renames that survive a power cut."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from pysyncobj import serializer
 from pysyncobj.journal import FileJournal
 
-from raftsched.node import durable
-from raftsched.node.durable import DurableSender, adopt, durable_replace
+from raftsched.node.replica import durable
+from raftsched.node.replica.durable import DurableSender, adopt, durable_replace
 
 pytestmark = pytest.mark.timeout(30)
 

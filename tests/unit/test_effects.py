@@ -15,11 +15,12 @@ pytestmark = pytest.mark.timeout(60)
 
 PKG = Path(__file__).resolve().parents[2] / "raftsched"
 #: The modules that consume effects.
-CONSUMERS = ("node/node.py", "node/eventpolicy.py", "node/metrics.py", "node/events.py")
+CONSUMERS = ("node/node.py", "node/observe/eventpolicy.py", "node/metrics.py",
+             "node/observe/events.py")
 #: The modules that emit them.
 EMITTERS = ("core/runs.py", "core/jobs.py", "core/nodes.py", "core/claims.py",
             "core/notify.py", "core/members.py", "core/deps.py", "core/backfill.py",
-            "node/raft.py", "node/replica.py")
+            "node/replica/raft.py", "node/replica/replica.py")
 
 
 def _names(paths: tuple[str, ...], *, consumed: bool) -> set[str]:

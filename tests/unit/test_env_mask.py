@@ -12,8 +12,8 @@ import pytest
 
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import ENV_MASK, JobSpec
-from raftsched.node.executor import Execution
-from raftsched.node.runtypes import ExecutionResult, RunContext
+from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.runtypes import ExecutionResult, RunContext
 
 SPEC = {"id": "m", "schedule": {"every": "1s"}, "command": ["true"],
         "env": {"A": "fine", "TARGET": "s3://bucket"}}

@@ -9,7 +9,7 @@ import pytest
 from raftsched.core.effects import RunStarted
 from raftsched.core.records import RunRecord
 from raftsched.faces.cliformat import format_runs
-from raftsched.node.events import feed_event
+from raftsched.node.observe.events import feed_event
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -19,9 +19,9 @@ PKG = Path(__file__).resolve().parents[2] / "raftsched"
 
 @pytest.mark.parametrize("fault", faulthooks.FAULTS)
 def test_each_fault_installs_on_the_current_code_and_undoes(fault: str) -> None:
-    from raftsched.node.liveness import Liveness
     from raftsched.node.node import Node
-    from raftsched.node.worker import WorkerPool
+    from raftsched.node.worker.liveness import Liveness
+    from raftsched.node.worker.worker import WorkerPool
 
     before = {(cls, name): cls.__dict__[name] for cls, name in (
         (WorkerPool, "_sync_claims"), (Liveness, "__init__"), (Node, "_release"))}

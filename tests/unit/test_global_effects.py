@@ -92,7 +92,7 @@ def test_encoding_and_decoding_a_state_leave_the_collector_alone(
 
 
 def test_the_node_pauses_the_collector_around_a_snapshot_and_restores_it() -> None:
-    from raftsched.node import gcwatch
+    from raftsched.node.observe import gcwatch
 
     assert gc.isenabled()
     with gcwatch.paused():

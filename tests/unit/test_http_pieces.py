@@ -17,9 +17,9 @@ from raftsched.core.effects import HeartbeatSeen, LeaderChanged, RunEnded
 from raftsched.core.errors import ConfigError
 from raftsched.core.trigger import schedule_from_spec
 from raftsched.faces.cli_preview import format_next
-from raftsched.node.config import parse_config
-from raftsched.node.events import feed_event
-from raftsched.node.preview import describe, diff_specs, next_fires
+from raftsched.node.config.config import parse_config
+from raftsched.node.observe.events import feed_event
+from raftsched.node.service.preview import describe, diff_specs, next_fires
 from raftsched.wire import http as http_mod
 from raftsched.wire.credentials import Role, role_of, token
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from raftsched.core.cmdbase import FEATURES
 from raftsched.core.codec import decode_state, encode_state, packb, spec_to_row
 from raftsched.core.commands import Heartbeat, PutJob
 from raftsched.core.errors import Conflict, InvalidSpec
@@ -16,7 +17,7 @@ from raftsched.core.httpspec import HttpSpec, expand
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
 from raftsched.faces.cli_apply import exported
-from raftsched.node.applyops import FEATURES, Features
+from raftsched.node.service.applyops import Features
 
 T0 = 1_764_576_000_000
 URL = "https://hooks.example.com/run"

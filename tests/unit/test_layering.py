@@ -288,3 +288,66 @@ def test_the_client_does_not_load_the_state_machine() -> None:
                                      "raftsched.core.claims", "raftsched.core.trigger")
              or m.startswith("croniter")]
     assert not heavy, f"loaded by the client: {heavy}"
+
+
+# ------------------------------------------------------------------ node's rooms
+
+#: The rooms of ``raftsched/node`` and the rooms each may import (its own included):
+#: config at the bottom, then observe, the replica, the worker and the leader beside
+#: each other, the service above them; the process root (``node/*.py``) wires them all.
+ROOM_RULES = {
+    "config": {"config"},
+    "observe": {"observe", "config"},
+    "replica": {"replica", "observe", "config"},
+    "worker": {"worker", "replica", "observe", "config"},
+    "leader": {"leader", "replica", "observe", "config"},
+    "service": {"service", "leader", "worker", "replica", "observe", "config"},
+}
+
+
+def _room_of(module: str) -> str | None:
+    """``raftsched.node.<room>.<module>`` -> the room; the process root -> None."""
+    parts = module.split(".")
+    return parts[2] if len(parts) == 4 and parts[:2] == ["raftsched", "node"] else None
+
+
+def _room_breaches(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in sorted(graph.items()):
+        room = _room_of(module)
+        if room is None or not module.startswith("raftsched.node."):
+            continue
+        for target in sorted(targets):
+            if not target.startswith("raftsched.node."):
+                continue
+            other = _room_of(target)
+            if other is None:
+                out.append(f"{module} imports the process root's {target}")
+            elif other not in ROOM_RULES[room]:
+                out.append(f"{module} ({room}) imports {target} ({other})")
+    return out
+
+
+def test_every_node_module_sits_in_a_room_or_the_root() -> None:
+    rooms = {p.name for p in (PKG / "node").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert rooms == set(ROOM_RULES), rooms
+    for sub in (PKG / "node").iterdir():
+        if sub.is_dir() and sub.name in rooms:
+            nested = [p for p in sub.rglob("*.py") if p.parent != sub]
+            assert not nested, f"rooms hold modules, not folders: {nested}"
+
+
+def test_node_rooms_import_by_their_rules() -> None:
+    """Type-only imports count: a room never names a higher room or the process root."""
+    breaches = _room_breaches(_import_graph())
+    assert not breaches, "\n".join(breaches)
+
+
+def test_room_rules_catch_a_breach() -> None:
+    graph = {"raftsched.node.replica.raft": {"raftsched.node.worker.worker"},
+             "raftsched.node.observe.events": {"raftsched.node.node"},
+             "raftsched.node.service.status": {"raftsched.node.worker.worker"},
+             "raftsched.node.node": {"raftsched.node.service.status"}}
+    assert _room_breaches(graph) == [
+        "raftsched.node.observe.events imports the process root's raftsched.node.node",
+        "raftsched.node.replica.raft (replica) imports raftsched.node.worker.worker (worker)"]

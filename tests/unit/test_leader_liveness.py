@@ -1,9 +1,9 @@
 """Issue 13 item 5 / issue 14: the leader's liveness timing, step by step on a fake clock.
 
-The real :class:`~raftsched.node.leaderloop.LeaderLoop` runs against an in-process
+The real :class:`~raftsched.node.leader.leaderloop.LeaderLoop` runs against an in-process
 replica (one :class:`ClusterState`; a submission applies at once, in the replica's
 current Raft term, the way a committed log entry of that term would) and a
-:class:`~raftsched.node.clock.FakeClock`: no process, no sleep. What it pins: when a
+:class:`~raftsched.node.observe.clock.FakeClock`: no process, no sleep. What it pins: when a
 silent or disconnected peer is declared lost (never a moment early), that a leader's
 own pause is not its peers' silence, and that a deposed leader's verdicts change
 nothing. The real-process versions of the same faults are in
@@ -22,8 +22,8 @@ import pytest
 from raftsched.core import lease
 from raftsched.core.commands import LeaderRecord, Release
 from raftsched.core.machine import ClusterState
-from raftsched.node.clock import FakeClock
-from raftsched.node.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
+from raftsched.node.leader.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
+from raftsched.node.observe.clock import FakeClock
 from tests.support.stateutil import T0, S, hb, ok, put, run_fire
 
 pytestmark = pytest.mark.timeout(60)

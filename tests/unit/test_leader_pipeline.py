@@ -1,6 +1,6 @@
 """Issue 13: the leader's plans are bounded and several are in flight at once.
 
-The real :class:`~raftsched.node.leaderloop.LeaderLoop` runs here against a fake replica
+The real :class:`~raftsched.node.leader.leaderloop.LeaderLoop` runs here against a fake replica
 (a :class:`ClusterState` read in-process, submissions the test commits, fails or lets
 time out in Raft order) and a fake clock: no process, no sleep. A minute's first second
 of many jobs becomes many small plans; no plan reads or assigns more than the bounds; no
@@ -25,9 +25,9 @@ from raftsched.core.commands import Place, Plan, RunFire
 from raftsched.core.errors import NotReady
 from raftsched.core.machine import ClusterState
 from raftsched.core.trigger import fire_times, next_fire
-from raftsched.node import leaderloop
-from raftsched.node.clock import FakeClock
-from raftsched.node.leaderloop import LeaderLoop
+from raftsched.node.leader import leaderloop
+from raftsched.node.leader.leaderloop import LeaderLoop
+from raftsched.node.observe.clock import FakeClock
 from tests.support.budget import examples
 from tests.support.stateutil import ok
 
@@ -351,7 +351,7 @@ def test_over_the_admitted_rate_jobs_are_reached_late_and_every_fire_time_is_acc
     off). It creates no more runs than the rate allows; the jobs it reaches late fold
     their older fire times into one ``coalesced`` record each; once it has caught up
     (rate lifted), every fire time has exactly one outcome."""
-    from raftsched.node import admission
+    from raftsched.node.leader import admission
 
     monkeypatch.setattr(admission, "SLOW_START", 1.0)
     monkeypatch.setattr(admission, "INCREASE", 0.0)

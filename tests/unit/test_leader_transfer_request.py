@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from raftsched.core.machine import ClusterState
-from raftsched.node.clock import FakeClock
-from raftsched.node.leaderloop import LeaderLoop
+from raftsched.node.leader.leaderloop import LeaderLoop
+from raftsched.node.observe.clock import FakeClock
 from tests.support.stateutil import T0, S, hb
 from tests.unit.test_leader_liveness import ADDR, Replica
 
@@ -78,7 +78,7 @@ def test_a_request_that_does_not_move_is_tried_again_a_bounded_number_of_times()
 def test_a_followers_loop_sleeps_until_its_role_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     """An idle follower's loop does not poll every 50 ms (20 wake-ups a second for
     nothing): it sleeps until the node's role change wakes it, and then leads."""
-    from raftsched.node import leaderloop
+    from raftsched.node.leader import leaderloop
 
     monkeypatch.setattr(leaderloop, "FOLLOWER_S", 60.0)  # only the wake can end the sleep
     loop, _ = _loop()

@@ -12,7 +12,7 @@ import pytest
 from raftsched.core import lease
 from raftsched.core.commands import Release, from_wire
 from raftsched.core.errors import InvalidArgument
-from raftsched.node.leaderloop import DISCONNECT_GRACE_S
+from raftsched.node.leader.leaderloop import DISCONNECT_GRACE_S
 from tests.support.stateutil import T0, S, base, err, hb, hist, ok, put, run_fire, start
 
 # --------------------------------------------------------------------- the arithmetic

@@ -12,7 +12,7 @@ import pytest
 
 from raftsched.core.effects import ClaimRefused
 from raftsched.faces.local import format_event
-from raftsched.node import eventpolicy, events
+from raftsched.node.observe import eventpolicy, events
 
 pytestmark = pytest.mark.timeout(30)
 

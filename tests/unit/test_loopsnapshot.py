@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftsched.node.loopsnapshot import LoopSnapshot
+from raftsched.node.observe.loopsnapshot import LoopSnapshot
 
 pytestmark = pytest.mark.timeout(60)
 

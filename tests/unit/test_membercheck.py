@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from raftsched.node import membercheck
+from raftsched.node.service import membercheck
 
 pytestmark = pytest.mark.timeout(60)
 

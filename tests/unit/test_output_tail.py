@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.node.capture import CUT_LINE, CUT_MARK, Tail, mark_cut
-from raftsched.node.executor import _ByteTail
+from raftsched.node.worker.capture import CUT_LINE, CUT_MARK, Tail, mark_cut
+from raftsched.node.worker.executor import _ByteTail
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from raftsched.core.machine import ClusterState
-from raftsched.node.config import Limits
-from raftsched.node.jobops import READ_CHUNK, JobOps
+from raftsched.node.config.config import Limits
+from raftsched.node.service.jobops import READ_CHUNK, JobOps
 from tests.support.stateutil import T0, S, finish, hb, ok, run_fire, start
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from raftsched.node.replica import _reader_name
+from raftsched.node.replica.replica import _reader_name
 
 
 def _all_held(runs: list[object], node: str) -> bool:

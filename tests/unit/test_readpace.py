@@ -1,10 +1,10 @@
-"""Reads on a busy leader wait their turn (raftsched.node.readpace), on a fake clock."""
+"""Reads on a busy leader wait their turn (raftsched.node.replica.readpace), on a fake clock."""
 
 from __future__ import annotations
 
 import pytest
 
-from raftsched.node.readpace import MAX_WAIT_S, ReadPacer
+from raftsched.node.replica.readpace import MAX_WAIT_S, ReadPacer
 
 pytestmark = pytest.mark.timeout(10)
 

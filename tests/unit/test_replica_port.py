@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(60)
 
 PKG = Path(__file__).resolve().parents[2] / "raftsched"
 #: The replica itself, and the lock's implementation.
-OWNERS = {"node/raft.py", "node/replica.py", "node/timedlock.py"}
+OWNERS = {"node/replica/raft.py", "node/replica/replica.py", "node/replica/timedlock.py"}
 REACH = re.compile(r"\braft\.(_?lock|_?state)\b")
 
 

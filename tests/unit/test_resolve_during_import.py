@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from raftsched.node.executor import resolve_callable
+from raftsched.node.worker.executor import resolve_callable
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -16,11 +16,11 @@ import pytest
 from raftsched.core.errors import ConfigError
 from raftsched.core.model import JobSpec
 from raftsched.faces.cli_logs import notes
-from raftsched.node.config import Limits, parse_config
-from raftsched.node.executor import Execution
-from raftsched.node.output import MASK, ByteTail, Output, Scrubber
-from raftsched.node.runlog import LogLimits, RunLogs, job_dir, split_run_id
-from raftsched.node.runtypes import ExecutionResult, RunContext
+from raftsched.node.config.config import Limits, parse_config
+from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.output import MASK, ByteTail, Output, Scrubber
+from raftsched.node.worker.runlog import LogLimits, RunLogs, job_dir, split_run_id
+from raftsched.node.worker.runtypes import ExecutionResult, RunContext
 
 BIG = LogLimits(run_bytes=1 << 20, job_bytes=1 << 22, job_runs=100, node_bytes=1 << 24)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from raftsched.core.errors import ProtocolError
-from raftsched.node.compat import derive_fernet
-from raftsched.node.raftkeys import RaftKeyring
+from raftsched.node.replica.compat import derive_fernet
+from raftsched.node.replica.raftkeys import RaftKeyring
 from raftsched.wire import session
 
 A = "first-secret-0123456789abcdef"

@@ -13,7 +13,7 @@ from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JobSpec
 from raftsched.faces import cli, cli_common
 from raftsched.faces.embedded import Scheduler
-from raftsched.node import events
+from raftsched.node.observe import events
 
 
 def _text_line(kind: str, **kw: object) -> str:

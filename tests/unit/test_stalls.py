@@ -1,4 +1,4 @@
-"""raftsched.node.stalls: the window's longest gap against a brute force, and what a
+"""raftsched.node.replica.stalls: the window's longest gap against a brute force, and what a
 follower makes of a leader's report (the wire value is untrusted)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from raftsched.node import stalls
+from raftsched.node.replica import stalls
 
 gaps = st.lists(st.tuples(st.floats(0.0, 5.0), st.floats(0.0, 3.0)), max_size=60)
 

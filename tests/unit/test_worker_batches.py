@@ -14,10 +14,10 @@ import pytest
 
 from raftsched.core.commands import Finish, FinishItem, Start
 from raftsched.core.machine import ClusterState
-from raftsched.node import worker
-from raftsched.node.clock import now_ms
-from raftsched.node.localrun import Phase
-from raftsched.node.worker import WorkerPool
+from raftsched.node.observe.clock import now_ms
+from raftsched.node.worker.localrun import Phase
+from raftsched.node.worker import worker
+from raftsched.node.worker.worker import WorkerPool
 from tests.support.stateutil import ok
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,0 +1,1 @@
+"""cluster.toml, the secrets and their rotation: read by every room and by the faces."""

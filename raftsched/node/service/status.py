@@ -1,0 +1,161 @@
+"""``status``: the cluster as this node sees it, with a one-line health summary."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import backfill, conc
+from raftsched.node.observe.clock import now_ms
+from raftsched.node.service import membership
+
+if TYPE_CHECKING:
+    from raftsched.core.machine import ClusterState
+    from raftsched.node.config.config import ClusterConfig
+    from raftsched.node.leader.admission import AdmissionStatistics
+    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.worker.worker import WorkerStatistics
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusView:
+    """What ``status`` and the quorum check read: built by the node (node.py), which
+    passes :meth:`build` to the cluster operations and :meth:`quorum_problem` to the
+    client writes."""
+
+    #: The replica read from (the state, and pysyncobj's view of leader and peers).
+    raft: RaftNode
+    #: This node's cluster config (the member count before the membership is seeded,
+    #: and each member's HTTP address).
+    cfg: ClusterConfig
+    #: This node's id.
+    node_id: str
+    #: Raft address -> node id; the node updates it in place as members are added.
+    raft_to_id: Mapping[str, str]
+    #: The cluster id of the secret in use now (it changes with a secret rotation).
+    cluster_id: Callable[[], str]
+    #: This node's worker pool's statistics (called on the event loop).
+    worker_statistics: Callable[[], WorkerStatistics]
+    #: The leader loop's admission control (None when this node does not lead).
+    admission_statistics: Callable[[], AdmissionStatistics | None] = lambda: None
+
+    def build(self) -> dict[str, Any]:
+        """The ``status`` reply (see the README for its fields)."""
+        raft = self.raft
+        raw = raft.status()
+        connected = raft.connected_peers()
+        now = now_ms()
+
+        def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
+                                             dict[str, int], int, dict[str, Any],
+                                             int | None]:
+            nodes = []
+            for node_id, rec in sorted(st.nodes.items()):
+                addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
+                conn = True if node_id == self.node_id else \
+                    addr is not None and bool(connected.get(addr, False))
+                d = rec.to_dict()
+                member = st.members.get(node_id)
+                d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),
+                         last_seen_ms=rec.last_hb_ms,
+                         removed=member is not None and member.status != "active")
+                nodes.append(d)
+            notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
+                      "pending": len(st.notify.pending)}
+            return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
+                    st.applied, notify, st.next_due_ms())
+
+        nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(copy)
+        # Backfills (running and the last finished) and concurrency keys (bounded lists).
+        backfills, keys = raft.read(lambda st: (backfill.views(st), conc.key_view(st)))
+        commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
+        leader_addr = raft.leader_addr()
+        leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
+        alive = sum(1 for n in nodes if n["alive"] and n["connected"] and not n["removed"])
+        configured = membership.member_count(raft, self.cfg)
+        members = membership.view(raft, self.cfg)
+        has_quorum = raft.has_quorum() if configured > 1 else leader_id is not None
+        if leader_id is None or not has_quorum:
+            # "alive" is the leader's verdict, and without a leader nobody gives one: the
+            # replicated one stays as it was when the quorum went (a stopped node "alive"
+            # for good). Say what this node sees instead: whom it is connected to.
+            for n in nodes:
+                n["alive"] = n["connected"]
+            health = "down"
+            summary = (f"cluster down: no leader seen by {self.node_id} "
+                       f"({alive}/{configured} nodes reachable)")
+        elif alive < configured:
+            health = "degraded"
+            summary = (f"cluster degraded: leader {leader_id} (term {raft.term()}), "
+                       f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+        else:
+            health = "ok"
+            summary = (f"cluster ok: leader {leader_id} (term {raft.term()}), "
+                       f"{alive}/{configured} nodes alive, {jobs} jobs, {active} runs active")
+        skews = [abs(n["skew_ms"]) for n in nodes if n.get("skew_ms") is not None]
+        if skews and max(skews) > 1000:
+            summary += f"; clock skew up to {max(skews)} ms"
+        if members["joining"]:
+            summary += "; this node waits to be added (started with --join)"
+        if members["problems"]:
+            summary += (f"; membership: {len(members['problems'])} difference(s) to resolve "
+                        f"(see below)")
+        worker = self.worker_statistics()
+        admission = self.admission_statistics()
+        return {
+            "node": self.node_id, "pid": os.getpid(), "cluster_id": self.cluster_id(),
+            "leader": leader_id, "leader_addr": leader_addr,
+            "term": raft.term(), "health": health, "summary": summary, "nodes": nodes,
+            "jobs": jobs, "active_runs": active, "commit_index": commit,
+            # The log index of the last entry applied here (no-op and membership entries
+            # count, as in the commit index; ``applied`` counts commands only).
+            "applied_index": applied_index,
+            "apply_lag": (max(commit - applied_index, 0)
+                          if isinstance(commit, int) and isinstance(applied_index, int)
+                          else None),
+            "applied": applied, "totals": totals, "now_ms": now,
+            # The oldest fire time no plan has reached yet (None: no job is due), and
+            # how far behind the clock it is: a leader held back by admission control
+            # reaches its jobs late; their fire times have no record until it does.
+            "next_due_ms": next_due,
+            "due_behind_ms": max(now - next_due, 0) if next_due is not None else 0,
+            # The leader's admission control (admission.py); None on other nodes.
+            "admission": admission.to_dict() if admission is not None else None,
+            # Group commit on this node (durable.py): syncs made and what they cost.
+            "durability": _durability(self.raft),
+            "leader_record": leader, "notify": notify, "membership": members,
+            "backfills": backfills, "concurrency": keys,
+            # Each member's HTTP API/dashboard address (config; absent: that node serves
+            # none).
+            "http": {n.id: n.http for n in self.cfg.nodes if n.http is not None},
+            # How to reach them: every node serves HTTPS when the cluster has TLS.
+            "http_scheme": "https" if self.cfg.tls_cert else "http",
+            "worker": {"slots": worker.slots, "busy": worker.busy, "waiting": worker.waiting,
+                       "started": worker.started, "rejected_starts": worker.rejected_starts,
+                       "shed": worker.shed, "self_fenced": worker.self_fenced},
+        }
+
+    def quorum_problem(self) -> str | None:
+        """None while this node reaches a quorum (always for a single node); otherwise
+        why not, in words an operator can act on (the ``not_ready`` message of reads and
+        writes)."""
+        configured = membership.member_count(self.raft, self.cfg)
+        if configured <= 1 or self.raft.has_quorum():
+            return None
+        reached = sum(1 for up in self.raft.connected_peers().values() if up)
+        return (f"no quorum: node {self.node_id} reaches {reached} of the {configured - 1} "
+                f"other nodes; the cluster answers only while {configured // 2 + 1} of its "
+                f"{configured} nodes are up and connected")
+
+
+__all__ = ["StatusView"]
+
+
+def _durability(raft: Any) -> dict[str, Any]:
+    stats = raft.durability_stats()
+    return {"mode": stats.mode, "syncs": stats.syncs,
+            "sync_ms_total": round(stats.sync_seconds * 1000, 1),
+            "sync_ms_max": round(stats.max_sync_seconds * 1000, 3),
+            "synced_index": stats.synced_index}

@@ -1,0 +1,152 @@
+"""This node's liveness: heartbeats, the lease they earn, the guard's deadline and the
+self-fence.
+
+A node tells the cluster it lives by committing a ``heartbeat`` command every
+``timing.heartbeat``. The send time of the newest heartbeat the cluster acknowledged is
+the node's *lease*: the worker spawns a run only within the lease (see
+``WorkerPool._may_spawn``). A node that reaches no quorum for the lease stops its runs
+itself, and the guard process kills them if the node itself freezes (see guard.py); the
+leader releases them no sooner (core/lease.py has the arithmetic for both sides).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core import lease
+from raftsched.core.commands import Heartbeat
+from raftsched.core.errors import RaftschedError
+from raftsched.node.observe import events
+from raftsched.node.observe.clock import now_ms
+
+if TYPE_CHECKING:
+    from raftsched.node.config.config import NodeConfig, Timing
+    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.worker.guard import Guard
+    from raftsched.node.worker.worker import WorkerPool
+
+log = logging.getLogger("raftsched.node")
+
+
+class Liveness:
+    """See the module docstring. Every method runs on the node's event loop."""
+
+    def __init__(self, *, raft: RaftNode, worker: WorkerPool, guard: Guard | None,
+                 me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.raft = raft
+        self.worker = worker
+        self.guard = guard
+        self.me = me
+        self.timing = timing
+        self.boot_ms = boot_ms
+        #: The commands this release knows, as every heartbeat announces them.
+        self.features = features
+        #: Send time (monotonic) of the newest acknowledged heartbeat, for the guard.
+        self.last_ack_send = time.monotonic()
+        #: Send time (monotonic) of the newest heartbeat the cluster acknowledged: the
+        #: node's lease. Nothing before the first acknowledgement.
+        self.lease_base = float("-inf")
+        #: How long the newest acknowledged heartbeat took to commit (seconds).
+        self.ack_latency = 0.0
+        #: Whether this node stopped its runs for want of a quorum (until the next ack).
+        self.fenced = False
+        #: ``on_event(name, fields)`` for quorum.lost/quorum.back (the node's live feed).
+        self.on_event = on_event
+        #: When (monotonic) the last acknowledged heartbeat before a quorum loss was
+        #: sent, while the loss lasts; None with the quorum (or before it is first had).
+        self.lost_since: float | None = None
+
+    def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
+        """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
+        move on at once (not at the heartbeat loop's next turn: a run may be about to
+        start on the strength of it)."""
+        if fut.cancelled() or fut.exception() is not None or sent_at <= self.lease_base:
+            return
+        self.lease_base = self.last_ack_send = sent_at
+        #: How long the cluster took to answer it (a busy cluster renews more often).
+        self.ack_latency = time.monotonic() - sent_at
+        self.fenced = False
+        self._push_guard()
+        if self.lost_since is not None:
+            self._say("quorum.back", logging.INFO, without_ms=int(
+                (time.monotonic() - self.lost_since) * 1000))
+            self.lost_since = None
+
+    def _say(self, event: str, level: int, **fields: Any) -> None:
+        """An event line, and the same in the node's live feed: a quorum loss commits
+        nothing, so no replicated effect can tell a watcher of it."""
+        events.emit(event, node=self.me.id, level=level, **fields)
+        if self.on_event is not None:
+            self.on_event(event, fields)
+
+    def _push_guard(self) -> None:
+        if self.guard is not None:
+            # When our own self-fence would have killed a SIGTERM-proof run: from the
+            # last acknowledged heartbeat, the lease, up to 0.1 s until the loop sees
+            # it, then its SIGKILL grace. The leader releases no sooner (core/lease.py).
+            after_ms = lease.guard_after_ms(self.timing.node_timeout_ms)
+            self.guard.deadline(self.last_ack_send + after_ms / 1000)
+
+    def _heartbeat(self) -> Heartbeat:
+        draining = self.worker.draining
+        return Heartbeat(
+            node=self.me.id, at=now_ms(), boot=self.boot_ms,
+            # Draining: no room, so the leader places nothing new here.
+            slots=0 if draining else self.me.workers, queue=0 if draining else self.me.queue,
+            tags=tuple(self.me.tags), api=self.me.api, pid=os.getpid(),
+            features=self.features)
+
+    async def run(self) -> None:
+        """Tell the cluster this node lives; stop our runs if we cannot reach a quorum for
+        half the node timeout (the leader releases them after the full timeout)."""
+        period = self.timing.heartbeat_ms / 1000
+        fence_after = lease.lease_ms(self.timing.node_timeout_ms) / 1000
+        # pysyncobj may never call back a command forwarded to a leader that died: a
+        # heartbeat unanswered this long is abandoned and a new one sent (a stuck one
+        # once left the lease stale for good while starts committed fine).
+        give_up = max(2 * period, 0.5)
+        pending: asyncio.Future[Any] | None = None
+        sent_at = 0.0
+        tick = lease.FENCE_TICK_MS / 1000
+        while True:
+            now = time.monotonic()
+            # One heartbeat per period while the cluster answers quickly (a new one as
+            # soon as the last was answered sent ~26 a second over three nodes: most of an
+            # idle cluster's CPU); back to back while answers are slow, so a busy
+            # cluster's lease stays as fresh as its commits allow; and a new one at once
+            # when the last went unanswered too long.
+            due = now - sent_at >= period or self.ack_latency > period / 4
+            if ((pending is None or pending.done()) and due) or now - sent_at > give_up:
+                sent_at = now
+                try:
+                    fut = self.raft.submit(self._heartbeat())
+                    pending = asyncio.wrap_future(fut)
+                    pending.add_done_callback(functools.partial(self._acked, sent_at))
+                except RaftschedError:
+                    pending = None
+            self._push_guard()
+            if now - self.last_ack_send > fence_after and not self.fenced:
+                self.fenced = True
+                if self.lease_base > float("-inf"):  # had one: lost it (not a boot)
+                    self.lost_since = self.last_ack_send
+                    self._say("quorum.lost", logging.WARNING, without_ms=int(
+                        (now - self.last_ack_send) * 1000), reason="no heartbeat of this "
+                        "node committed: it starts nothing, and stops its runs")
+                self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))
+            # Overdue (a heartbeat unanswered for a tick, or none acknowledged for a period
+            # and a tick): look every tick, so the self-fence comes within
+            # lease.FENCE_TICK_MS of its time. Otherwise sleep until the next is due.
+            overdue = (pending is not None and not pending.done() and now - sent_at > tick) \
+                or now - self.last_ack_send > period + tick
+            until_next = sent_at + period - now if self.ack_latency <= period / 4 else tick
+            await asyncio.sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
+
+
+__all__ = ["Liveness"]

@@ -1,0 +1,534 @@
+"""The node-local worker pool: runs the runs the leader assigned to this node.
+
+For each run assigned here it waits for the scheduled instant (plus jitter), commits
+``start`` with the run's fence — batched with every other run starting now — and
+executes only the starts the cluster accepted. Outcomes are committed back in
+batched ``finish`` commands. A run waiting for a slot past its grace is reported
+``shed``; a run the cluster cancels is killed; when this node's lease runs out (no
+heartbeat acknowledged for half the node timeout) it stops its own runs, so a run
+the leader releases after the lease's end (:mod:`raftsched.core.lease`) is never
+executing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from raftsched.core.commands import FinishItem, Start, StartItem
+from raftsched.core.trigger import jitter_ms
+from raftsched.node.observe import events
+from raftsched.node.observe.clock import now_ms
+from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.localrun import LocalRun, Phase
+from raftsched.node.worker.runtypes import ExecutionResult, RunContext
+from raftsched.node.worker.workercommits import (
+    COMMIT_TIMEOUT_S,
+    FINISH_PIPELINE,
+    MAX_FINISH_BATCH,
+    MAX_START_BATCH,
+    QUIET_GROUP,
+    QUIET_MAX_MS,
+    QUIET_MS,
+    QUIET_POLL_S,
+    RETRY_MAX_S,
+    WorkerCommits,
+)
+
+if TYPE_CHECKING:
+    from raftsched.core.machine import ClusterState
+    from raftsched.core.model import JobSpec
+    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.worker.guard import Guard
+    from raftsched.node.worker.runlog import RunLogs
+
+log = logging.getLogger("raftsched.worker")
+
+#: How often a run held for want of a fresh lease looks again.
+LEASE_RECHECK_S = 0.02
+#: A start timer that finds its instant further ahead than the pre-start window plus
+#: this saw the wall clock stepped back (slewing moves it by under 1 ms a second).
+STEPPED_BACK_MS = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerStatistics:
+    """A snapshot of the pool.
+
+    :var slots: worker slots.
+    :var busy: runs executing.
+    :var waiting: runs assigned here and waiting (for their instant or a slot).
+    :var started: runs started since boot.
+    :var rejected_starts: starts the cluster refused (stale fence).
+    :var shed: runs this node shed for lack of a slot.
+    :var self_fenced: times this node stopped its runs after losing the quorum.
+    """
+
+    slots: int
+    busy: int
+    waiting: int
+    started: int
+    rejected_starts: int
+    shed: int
+    self_fenced: int
+
+
+@dataclass(slots=True)
+class _Counters:
+    started: int = 0
+    rejected: int = 0
+    shed: int = 0
+    self_fenced: int = 0
+
+
+class WorkerPool(WorkerCommits):
+    """See the module docstring. All methods run on the node's event loop."""
+
+    def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
+                 allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
+                 base_env: dict[str, str], on_started: Any = None,
+                 prestart_ms: int = 0, fence_grace_s: float | None = None,
+                 guard: Guard | None = None, lease: Callable[[], float] | None = None,
+                 lease_s: float = float("inf"), logs: RunLogs | None = None) -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.slots = slots
+        self.tail_bytes = output_tail_bytes
+        self.allowed = allowed_call_prefixes
+        self.kill_grace_s = kill_grace_s
+        # A self-fenced run must be dead before the leader releases it (node timeout),
+        # whatever its SIGTERM handler does: its SIGKILL comes sooner than a stop's.
+        self.fence_grace_s = min(kill_grace_s, fence_grace_s or kill_grace_s)
+        self.guard = guard
+        #: Where runs' full logs go on this node (None: nowhere).
+        self.logs = logs
+        # lease() is the send time (monotonic) of this node's newest acknowledged
+        # heartbeat; a run is spawned only within lease_s of it (see _may_spawn).
+        self.lease = lease
+        self.lease_s = lease_s
+        self.base_env = base_env
+        self.on_started = on_started
+        # A run's start is committed up to this long before its instant, then the
+        # worker waits for the instant: commit latency does not become scheduling lag.
+        self.prestart_ms = prestart_ms
+        self.local: dict[str, LocalRun] = {}
+        self.finish_q: list[FinishItem] = []
+        self.counters = _Counters()
+        self._wake = asyncio.Event()
+        self._finish_wake = asyncio.Event()
+        self._stopping = False
+        #: Set by drain(): nothing new starts here; running runs may finish.
+        self.draining = False
+        self._hurry = asyncio.Event()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        #: Launched runs by their start instant (epoch ms), each group one loop timer.
+        self._at: dict[int, list[LocalRun]] = {}
+        #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
+        self._quiet_at = 0
+
+    # ------------------------------------------------------------ signals from the node
+
+    def notify(self) -> None:
+        """Something assigned to or cancelled on this node changed (event loop thread)."""
+        self._wake.set()
+
+    def cancel(self, run_id: str, fence: int) -> None:
+        """The cluster ended attempt ``fence`` of a run of ours (replaced, job removed):
+        stop it, report nothing. A newer attempt of the run id stays."""
+        loc = self.local.get(run_id)
+        if loc is None or loc.fence != fence:
+            return
+        del self.local[run_id]
+        if loc.execution is not None:
+            loc.execution.stop(self.kill_grace_s)
+        events.emit("run.cancelled", node=self.node_id, run_id=run_id, outcome="cancelled",
+                    fence=loc.fence)
+
+    def self_fence(self, reason: str) -> None:
+        """Stop every running run: this node may have been declared lost."""
+        running = [loc for loc in self.local.values() if loc.execution is not None]
+        if not running:
+            return
+        self.counters.self_fenced += 1
+        for loc in running:
+            loc.execution.stop(self.fence_grace_s, f"self-fenced: {reason}")  # type: ignore[union-attr]
+        log.warning("stopped %d runs: %s", len(running), reason)
+        events.emit("node.self_fenced", node=self.node_id, level=logging.WARNING,
+                    runs=len(running), reason=reason)
+
+    def statistics(self) -> WorkerStatistics:
+        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
+        return WorkerStatistics(slots=self.slots, busy=busy, waiting=len(self.local) - busy,
+                                started=self.counters.started,
+                                rejected_starts=self.counters.rejected, shed=self.counters.shed,
+                                self_fenced=self.counters.self_fenced)
+
+    # ------------------------------------------------------------ main loop
+
+    async def run(self) -> None:
+        flusher = asyncio.create_task(self._flush_finishes())
+        try:
+            while not self._stopping:
+                delay = self._step()
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+        finally:
+            flusher.cancel()
+
+    def _busy(self) -> list[LocalRun]:
+        return [loc for loc in self.local.values()
+                if loc.phase in (Phase.STARTING, Phase.RUNNING, Phase.FINISHING)]
+
+    async def drain(self, timeout_s: float) -> None:
+        """A stopping node's first step: start nothing new (the node's heartbeats say
+        it has no slots, so the leader places nothing here), let the runs already
+        started finish for up to ``timeout_s`` (each run is still bounded by its own
+        timeout), stop what is still running after that (recorded ``lost (node
+        stopping)``, so it follows ``on_node_lost``), and commit every outcome before
+        returning (bounded). A run that finished is recorded as what it was: it never
+        runs a second time. :meth:`hurry` cuts the wait short (a second SIGTERM)."""
+        self.draining = True
+        self._wake.set()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        running = [loc for loc in self._busy() if loc.phase != Phase.FINISHING]
+        events.emit("node.draining", node=self.node_id, runs=len(running),
+                    timeout_ms=int(timeout_s * 1000))
+        while not self._hurry.is_set() and loop.time() < deadline and any(
+                loc.phase in (Phase.STARTING, Phase.RUNNING) for loc in self._busy()):
+            try:
+                await asyncio.wait_for(self._hurry.wait(), min(0.02, deadline - loop.time()))
+            except TimeoutError:
+                pass
+        left = [loc for loc in self.local.values()
+                if loc.phase == Phase.RUNNING and loc.execution is not None]
+        for loc in left:
+            loc.execution.stop(self.kill_grace_s, "node stopping")  # type: ignore[union-attr]
+        # Their outcomes (lost, or what a killed process reported) and every finish
+        # still queued are committed before the node leaves.
+        flush_until = loop.time() + self.kill_grace_s + 3.0
+        while loop.time() < flush_until and (self.finish_q or self._busy()):
+            await asyncio.sleep(0.02)
+        events.emit("node.drained", node=self.node_id, stopped=len(left),
+                    uncommitted=len(self._busy()),
+                    level=logging.WARNING if left or self._busy() else logging.INFO)
+
+    def hurry(self) -> None:
+        """End a drain now (what runs is stopped and recorded lost)."""
+        self._hurry.set()
+
+    async def stop(self) -> None:
+        """Stop every local run and wait for them (see ``Execution.stop``: a process
+        group is killed, a callable's thread is abandoned). Finishes the flusher has not
+        committed when :meth:`run` ends stay uncommitted; the leader releases those runs
+        when the node restarts or after the node timeout."""
+        self._stopping = True
+        self._wake.set()
+        for loc in list(self.local.values()):
+            if loc.execution is not None:
+                loc.execution.stop(self.kill_grace_s, "node stopping")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self.kill_grace_s + 1)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _sync_claims(self, st: ClusterState) -> tuple[list[LocalRun], list[LocalRun]]:
+        """Under the state lock (via ``raft.read``): this node's assigned runs not yet
+        known here, as new ``LocalRun`` records; and the waiting runs whose claim moved
+        on (released, cancelled, reassigned), forgotten here. Bounded by this node's
+        runs."""
+        mine = []
+        for run in st.table.unordered_on(self.node_id):  # ordered by start time below
+            if run.state != "assigned":
+                continue
+            known = self.local.get(run.run_id)
+            if known is not None and known.fence == run.fence:
+                continue
+            rec = st.jobs.get(run.job_id)
+            if rec is None:
+                continue
+            spec = rec.spec
+            mine.append(LocalRun(
+                run_id=run.run_id, fence=run.fence, job_id=run.job_id,
+                scheduled_ms=run.scheduled_ms, attempt=run.attempt,
+                start_at_ms=max(run.scheduled_ms + jitter_ms(
+                    spec.id, run.scheduled_ms, spec.jitter_ms), run.not_before_ms),
+                grace_ms=spec.misfire.grace_ms, due_ms=run.assigned_ms or 0))
+        # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
+        moved = []
+        for run_id, loc in list(self.local.items()):
+            if loc.phase == Phase.WAITING:
+                cur = st.runs.get(run_id)
+                if cur is None or cur.node != self.node_id or cur.fence != loc.fence \
+                        or cur.state != "assigned":
+                    del self.local[run_id]
+                    moved.append(loc)
+        return mine, moved
+
+    def _step(self) -> float:
+        """Sync local runs with the state, start what is due; return seconds to sleep."""
+        if not self.raft.ready():
+            # Replaying the journal after a restart: claims seen now may be long gone.
+            return 0.05
+        now = now_ms()
+        mine, moved = self.raft.read(self._sync_claims)
+        for loc in moved:
+            # Outside the lock: a claim this node waited on went elsewhere (typically
+            # while it was paused or cut off); it never runs it here. Said once.
+            self.counters.rejected += 1
+            events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
+                        fence=loc.fence, reason="moved on before its instant",
+                        level=logging.WARNING)
+        for loc in mine:
+            old = self.local.get(loc.run_id)
+            if old is not None and old.execution is not None:
+                # A newer attempt here while the older still runs (its cancel queued).
+                old.execution.stop(self.kill_grace_s, "a newer attempt of the run began")
+            self.local[loc.run_id] = loc
+        # A slot is free again as soon as its run has ended; the finish commit that
+        # follows does not hold it.
+        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
+        free = self.slots - busy
+        ready: list[LocalRun] = []
+        shed: list[LocalRun] = []
+        next_at: float = 0.5
+        late: list[LocalRun] = []
+        for loc in sorted((x for x in self.local.values() if x.phase == Phase.WAITING),
+                          key=lambda x: x.start_at_ms):
+            if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
+                # Held past its grace (this node was down or frozen): too late to count
+                # as this fire time's run.
+                late.append(loc)
+                continue
+            if loc.start_at_ms > now + self.prestart_ms:
+                next_at = min(next_at, (loc.start_at_ms - self.prestart_ms - now) / 1000)
+                continue
+            if self.draining:
+                continue  # a stopping node starts nothing new
+            if free > 0:
+                ready.append(loc)
+                free -= 1
+            elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
+                shed.append(loc)
+        for loc in late:
+            loc.phase = Phase.FINISHING
+            self._finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
+                                              reason="late: past its grace on this node"))
+        for loc in shed:
+            loc.phase = Phase.FINISHING
+            self.counters.shed += 1
+            self._finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
+                                              reason="overload"))
+        if ready:
+            for loc in ready:
+                loc.phase = Phase.STARTING
+            for k in range(0, len(ready), MAX_START_BATCH):
+                self._spawn(self._start_batch(ready[k:k + MAX_START_BATCH]))
+        return max(next_at, 0.0)
+
+    # ------------------------------------------------------------ start
+
+    async def _start_batch(self, batch: list[LocalRun]) -> None:
+        items = tuple(StartItem(loc.run_id, loc.fence) for loc in batch)
+        try:
+            # Claimed up to prestart_ms early, the start takes effect (and is recorded)
+            # at the runs' instant: the commit's latency never shows as lag.
+            reply = await self._commit(Start(node=self.node_id, items=items, at=0),
+                                       at_floor=min(loc.start_at_ms for loc in batch))
+        except Exception:  # noqa: BLE001 - stopping
+            return
+        # A command refused whole (ok false) started none of them: each is a refusal.
+        results = reply.get("results", []) if reply.get("ok") else [None] * len(batch)
+        # Their specs in one hold of the state lock, not one per run.
+        specs = self.raft.read(functools.partial(
+            _specs, {loc.job_id for loc in batch}))
+        for loc, res in zip(batch, results, strict=False):
+            accepted = bool(res and res[0])
+            if not accepted:
+                accepted = self._started_by_us(loc)
+            if not accepted or self.local.get(loc.run_id) is not loc:
+                self._forget(loc)
+                # The refusal itself is logged once, as run.start_rejected, by the node.
+                self.counters.rejected += 1
+                continue
+            self._launch(loc, specs.get(loc.job_id))
+        self._wake.set()
+
+    def _forget(self, loc: LocalRun) -> None:
+        """Drop ``loc``, not a newer claim of its run (handed back here while its start
+        was in flight): dropping that left the run started with no process, forever."""
+        if self.local.get(loc.run_id) is loc:
+            del self.local[loc.run_id]
+
+    def _started_by_us(self, loc: LocalRun) -> bool:
+        """A retried start whose first try did commit is refused the second time."""
+        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
+
+    def _launch(self, loc: LocalRun, spec: JobSpec | None) -> None:
+        if spec is None:
+            self._forget(loc)
+            return
+        loc.phase = Phase.RUNNING
+        ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
+                         fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
+        loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
+                                  tail_bytes=self.tail_bytes, allowed=self.allowed,
+                                  kill_grace_s=self.kill_grace_s, guard=self.guard,
+                                  logs=self.logs)
+        # One timer per start instant, not one sleeping task per run: a thousand runs
+        # due at the same second then cost one wake-up.
+        group = self._at.get(loc.start_at_ms)
+        if group is None:
+            group = self._at[loc.start_at_ms] = []
+            loop = asyncio.get_running_loop()
+            loop.call_at(loop.time() + max(0, loc.start_at_ms - now_ms()) / 1000,
+                         self._fire, loc.start_at_ms)
+        group.append(loc)
+
+    def _fire(self, at_ms: int) -> None:
+        ahead_ms = at_ms - now_ms()
+        if 0 < ahead_ms <= self.prestart_ms + STEPPED_BACK_MS:
+            # Never before the scheduled instant (the loop's clock is not the wall clock).
+            asyncio.get_running_loop().call_later(ahead_ms / 1000, self._fire, at_ms)
+            return
+        if ahead_ms > 0:
+            # The monotonic timer waited the whole delay, at most the pre-start window:
+            # the wall clock was stepped back meanwhile. Waiting for it would leave these
+            # committed starts without a process (and skip their jobs' next fires).
+            log.warning("the wall clock went back %.1fs while runs waited for their "
+                        "instant: starting them now", ahead_ms / 1000)
+        group = self._at.pop(at_ms, ())
+        if len(group) >= QUIET_GROUP:
+            # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
+            self._quiet_at = max(self._quiet_at, at_ms)
+        # Which of them are still ours to spawn, in one hold of the state lock for the
+        # whole instant (see _may_spawn), not one per run.
+        held = self._held_started(group)
+        for loc in group:
+            try:
+                self._begin(loc, held, known=True)
+            except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
+                log.exception("run %s could not begin", loc.run_id)
+                if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
+                    loc.phase = Phase.FINISHING
+                    self._finish(loc, ExecutionResult(
+                        outcome="failed", exit_code=None, tail="",
+                        reason=f"could not begin: {type(exc).__name__}"[:200]))
+
+    def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
+        """The run ids of ``group`` still started on this node under their fences (one
+        read); None without a fresh lease (see :meth:`_may_spawn`)."""
+        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+            return None
+        if not group:
+            return frozenset()
+        return self.raft.read(functools.partial(_all_held, list(group), self.node_id))
+
+    def _may_spawn(self, loc: LocalRun) -> bool | None:
+        """May this run's process start now? True: yes. None: not yet (no fresh lease).
+        False: never (the cluster moved the run on while this node was away).
+
+        The start was committed up to ``prestart_ms`` ago; a node paused since (SIGSTOP,
+        a frozen VM) may meanwhile have been declared lost and the run handed to another
+        node with a new fence. A fresh lease — a heartbeat the cluster acknowledged
+        within ``lease_s``, sent after the pause — proves this replica has applied
+        everything committed before it, so the run's record here is current; and the
+        leader releases a node's started runs only after the lease of its newest
+        committed heartbeat has ended (``lease_s``, then this node's self-fence and its
+        guard: :mod:`raftsched.core.lease`), so a run released meanwhile was never
+        spawned here, or is dead."""
+        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+            return None
+        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
+
+    def _await_lease(self, loc: LocalRun) -> None:
+        """Re-check a run held for want of a fresh lease, until its grace is over."""
+        if self.local.get(loc.run_id) is not loc or loc.phase != Phase.RUNNING:
+            return
+        if now_ms() - loc.start_at_ms > loc.grace_ms:
+            loc.phase = Phase.FINISHING
+            self._finish(loc, ExecutionResult(
+                outcome="lost", exit_code=None, tail="",
+                reason="no lease: this node could not reach the cluster at its instant"))
+            return
+        self._begin(loc)
+
+    def _begin(self, loc: LocalRun, held: frozenset[str] | None = None, *,
+               known: bool = False) -> None:
+        """Spawn ``loc`` if it may; ``known``: ``held`` is :meth:`_held_started` of its
+        instant, read for the whole group (else it is read for this run alone)."""
+        assert loc.execution is not None
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster while waiting: it never ran
+        if loc.execution.stopped:
+            loc.phase = Phase.FINISHING
+            self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
+                                              reason=loc.execution.stop_reason))
+            return
+        if not known:
+            may = self._may_spawn(loc)
+        else:
+            may = None if held is None else loc.run_id in held
+        if may is None:
+            asyncio.get_running_loop().call_later(LEASE_RECHECK_S, self._await_lease, loc)
+            return
+        if not may:
+            # Released and handed on (new fence) while this node was away: its new
+            # holder runs it; this node never does, and reports nothing.
+            self._forget(loc)
+            self.counters.rejected += 1
+            events.emit("run.start_rejected", node=self.node_id, run_id=loc.run_id,
+                        fence=loc.fence, reason="moved on before its instant",
+                        level=logging.WARNING)
+            return
+        lag_ms = now_ms() - loc.scheduled_ms
+        self.counters.started += 1
+        if self.on_started is not None:
+            self.on_started(lag_ms / 1000)
+        events.emit("run.started", node=self.node_id, run_id=loc.run_id, fence=loc.fence,
+                    attempt=loc.attempt, lag_ms=lag_ms)
+        runner = loc.execution.start(lambda result: self._ended(loc, result))
+        if runner is not None:
+            self._tasks.add(runner)
+            runner.add_done_callback(self._tasks.discard)
+
+    def _ended(self, loc: LocalRun, result: ExecutionResult) -> None:
+        if self.local.get(loc.run_id) is not loc:
+            return  # cancelled by the cluster meanwhile: its finish would be refused
+        loc.phase = Phase.FINISHING
+        self._finish(loc, result)
+
+
+def _specs(job_ids: set[str], st: ClusterState) -> dict[str, JobSpec]:
+    """The specs of ``job_ids`` that still exist."""
+    jobs = st.jobs
+    return {j: jobs[j].spec for j in job_ids if j in jobs}
+
+
+def _all_held(group: list[LocalRun], node_id: str, st: ClusterState) -> frozenset[str]:
+    """The run ids of ``group`` started on ``node_id`` under their fences."""
+    return frozenset(loc.run_id for loc in group if _holds_started(loc, node_id, st))
+
+
+def _holds_started(loc: LocalRun, node_id: str, st: ClusterState) -> bool:
+    """Is ``loc``'s run started on ``node_id`` under its fence (the claim still ours)?"""
+    run = st.runs.get(loc.run_id)
+    return (run is not None and run.state == "started" and run.node == node_id
+            and run.fence == loc.fence)
+
+
+#: Kept importable from here (they moved to workercommits with the commits they bound).
+__all__ = ["COMMIT_TIMEOUT_S", "FINISH_PIPELINE", "LEASE_RECHECK_S", "MAX_FINISH_BATCH",
+           "MAX_START_BATCH", "QUIET_GROUP", "QUIET_MAX_MS", "QUIET_MS", "QUIET_POLL_S",
+           "RETRY_MAX_S", "WorkerPool", "WorkerStatistics"]
