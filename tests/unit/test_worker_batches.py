@@ -15,8 +15,8 @@ import pytest
 from raftsched.core.commands import Finish, FinishItem, Start
 from raftsched.core.machine import ClusterState
 from raftsched.node.observe.clock import now_ms
-from raftsched.node.worker.localrun import Phase
 from raftsched.node.worker import worker
+from raftsched.node.worker.localrun import Phase
 from raftsched.node.worker.worker import WorkerPool
 from tests.support.stateutil import ok
 
