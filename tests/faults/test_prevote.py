@@ -214,7 +214,7 @@ def test_a_leader_that_steps_down_waits_an_election_timeout_before_asking(tmp_pa
             "last_log_term": 0})
         assert c.nodes[leader].leader_term() is None
         # A fresh timeout (1-2 s) from the step-down, however long the host stalled since.
-        assert sync._SyncObj__raftElectionDeadline >= before + 1.0
+        assert sync._rs_deadline >= before + 1.0
         c.paused.update(n for n in c.nodes if n != leader)  # only the deposed one runs
         end = time.monotonic() + 0.5
         while time.monotonic() < end:
@@ -244,5 +244,31 @@ def test_a_follower_reads_its_election_deadline_on_pysyncobjs_clock(tmp_path,
         asked = {n: c.nodes[n].sync._rs_prevote_round - rounds[n] for n in c.nodes}
         assert asked == {n: 0 for n in c.nodes}, f"pre-vote rounds asked: {asked}"
         assert c.leader() == leader and _terms(c) == {term}
+    finally:
+        c.close()
+
+
+def test_a_node_paused_inside_its_tick_does_not_campaign_on_waking(tmp_path) -> None:
+    """The pause lands inside a tick: after the pre-vote step (its deadline was not yet
+    due) and before pysyncobj's own election check, which then finds the deadline long
+    past. pysyncobj must not campaign on its own: only a pre-vote round may let it.
+    (A CI run saw term 1 -> 3 this way.) Without pre-vote the same tick campaigns: the
+    check can fail."""
+    from pysyncobj.syncobj import SyncObj
+
+    c = Cluster(tmp_path, election_ms=(1000, 2000), connection_ms=8000)
+    try:
+        leader, term = establish(c)
+        fid = next(n for n in c.nodes if n != leader)
+        follower = c.nodes[fid]
+        c.paused.add(fid)  # not ticked by the cluster: this test ticks it
+        # Woken from a pause: the deadline passed while the thread stood still.
+        follower.sync._SyncObj__raftElectionDeadline = raft_now() - 5.0
+        SyncObj._onTick(follower.sync, 0.0)  # pysyncobj's tick alone, no pre-vote step
+        assert follower.term() == term and c.nodes[leader].term() == term
+        follower.sync._rs_prevote = False
+        follower.sync._SyncObj__raftElectionDeadline = raft_now() - 5.0
+        SyncObj._onTick(follower.sync, 0.0)
+        assert follower.term() == term + 1, "without pre-vote the woken tick campaigns"
     finally:
         c.close()

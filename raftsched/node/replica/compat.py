@@ -306,6 +306,9 @@ class RaftSyncObj(SyncObj):
     _rs_next_ping = 0.0
     #: Pre-vote on (see :meth:`_rs_before_election`).
     _rs_prevote = False
+    #: pysyncobj's election deadline (its clock), stored here: see the property
+    #: ``_SyncObj__raftElectionDeadline`` below, which is what its tick reads.
+    _rs_deadline = 0.0
     #: A majority answered our pre-vote: the next expired deadline campaigns for real.
     _rs_prevote_won = False
     #: The term we were in when that majority answered.
@@ -382,7 +385,7 @@ class RaftSyncObj(SyncObj):
                 and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.FOLLOWER):
             now = raft_now()
             # Once: the reconnect attempts that fail next call this again.
-            if self._SyncObj__raftElectionDeadline > now + self._rs_quick_spread_s:  # type: ignore[has-type]
+            if self._rs_deadline > now + self._rs_quick_spread_s:
                 self._SyncObj__raftElectionDeadline = now + random.uniform(
                     0.0, self._rs_quick_spread_s)
 
@@ -583,10 +586,10 @@ class RaftSyncObj(SyncObj):
                 or self._SyncObj__transferInProgress):
             return
         now = raft_now()
-        if self._SyncObj__raftElectionDeadline >= now:
+        if self._rs_deadline >= now:
             return
         self._poller.poll(0)  # a leader's waiting append resets the deadline
-        if (self._SyncObj__raftElectionDeadline >= now
+        if (self._rs_deadline >= now
                 or self._SyncObj__raftState not in (st.FOLLOWER, st.CANDIDATE)):
             return
         if not self._SyncObj__connectedToAnyone():
@@ -652,6 +655,25 @@ class RaftSyncObj(SyncObj):
         self._rs_won_in_term = self._SyncObj__raftCurrentTerm
         self.rs_elections += 1
         self._SyncObj__raftElectionDeadline = 0  # pysyncobj's tick campaigns now
+
+    def _rs_read_deadline(self) -> float:
+        """The election deadline as pysyncobj's tick reads it (its one read, just before
+        it campaigns): with pre-vote on, never while no pre-vote round (or one of its
+        exceptions: a transfer's target, a lone node, one stuck ahead) allowed the
+        election. Gating the read, not only the step before the tick, closes a window:
+        a node paused (SIGSTOP, a VM, a starved host) after that step and before
+        pysyncobj's own check would wake with its deadline long past and campaign for
+        real (a CI run saw term 1 -> 3 after a follower's 5 s pause). Our own code reads
+        ``_rs_deadline``."""
+        if (self._rs_prevote and not self._rs_prevote_won
+                and not getattr(self, "_SyncObj__transferInProgress", False)):
+            return float("inf")
+        return self._rs_deadline
+
+    def _rs_write_deadline(self, value: float) -> None:
+        self._rs_deadline = value
+
+    _SyncObj__raftElectionDeadline = property(_rs_read_deadline, _rs_write_deadline)
 
     def _rs_prevote_grant(self, node: Any, message: dict[str, Any]) -> bool:
         """Would we vote for ``node`` in ``message['term']``? (No state changes.)"""
