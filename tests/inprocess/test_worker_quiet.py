@@ -26,8 +26,8 @@ def _held(pool: worker.WorkerPool, instant_ago_ms: int | None = 0) -> float:
     async def main() -> float:
         start = now_ms()
         if instant_ago_ms is not None:
-            pool._quiet_at = start - instant_ago_ms
-        await pool._quiet()
+            pool.commits.quiet_at = start - instant_ago_ms
+        await pool.commits._quiet()
         return (now_ms() - start + (instant_ago_ms or 0)) / 1000
     return asyncio.run(main())
 
@@ -73,8 +73,8 @@ def test_the_hold_ends_when_the_queue_empties(monkeypatch):
     pool = _pool()
 
     async def main() -> float:
-        pool._quiet_at = now_ms()
-        await pool._quiet()
+        pool.commits.quiet_at = now_ms()
+        await pool.commits._quiet()
         return time.monotonic()
 
     ended = asyncio.run(main())
@@ -110,13 +110,13 @@ def test_a_big_instant_starts_the_quiet_and_a_late_small_or_old_one_does_not(mon
     now = now_ms()
     pool._at[now - 10] = [_Loc()] * (worker.QUIET_GROUP - 1)
     pool._fire(now - 10)
-    assert pool._quiet_at == 0, "a small instant must not hold finishes"
+    assert pool.commits.quiet_at == 0, "a small instant must not hold finishes"
     pool._at[now - 5] = [_Loc()] * worker.QUIET_GROUP
     pool._fire(now - 5)
-    assert pool._quiet_at == now - 5
+    assert pool.commits.quiet_at == now - 5
     pool._at[now - 60_000] = [_Loc()] * 100  # a catch-up group fired late
     pool._fire(now - 60_000)
-    assert pool._quiet_at == now - 5, "an older instant must not end a newer one's quiet"
+    assert pool.commits.quiet_at == now - 5, "an older instant must not end a newer one's quiet"
 
 
 def test_finishes_are_submitted_no_sooner_than_quiet_ms_after_a_big_instant(monkeypatch):
@@ -128,14 +128,14 @@ def test_finishes_are_submitted_no_sooner_than_quiet_ms_after_a_big_instant(monk
         submitted.append(now_ms())
         return {"ok": True}
 
-    monkeypatch.setattr(pool, "_commit", commit)
+    monkeypatch.setattr(pool.commits, "commit", commit)
 
     async def main() -> int:
         instant = now_ms()
-        pool._quiet_at = instant
-        flusher = asyncio.create_task(pool._flush_finishes())
-        pool.finish_q.append(["j@1", 1, "succeeded", None, "", "returned"])
-        pool._finish_wake.set()
+        pool.commits.quiet_at = instant
+        flusher = asyncio.create_task(pool.commits.flush_finishes())
+        pool.commits.finish_q.append(["j@1", 1, "succeeded", None, "", "returned"])
+        pool.commits.finish_wake.set()
         try:
             await await_until(lambda: submitted, 5, "the finish submitted")
         finally:

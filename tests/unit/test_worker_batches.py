@@ -59,13 +59,13 @@ def test_a_burst_of_finishes_is_sent_in_bounded_commands() -> None:
     async def main() -> None:
         pool = WorkerPool(node_id="n1", raft=raft, slots=n,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
-        pool.finish_q = [FinishItem(f"j{i}@1000", i + 1, "succeeded", 0, "", "")
-                         for i in range(n)]
-        pool._finish_wake.set()
-        task = asyncio.create_task(pool._flush_finishes())
+        pool.commits.finish_q = [FinishItem(f"j{i}@1000", i + 1, "succeeded", 0, "", "")
+                                 for i in range(n)]
+        pool.commits.finish_wake.set()
+        task = asyncio.create_task(pool.commits.flush_finishes())
         for _ in range(500):
             await asyncio.sleep(0.005)
-            if not pool.finish_q and sum(len(c.items) for c in raft.sent) == n \
+            if not pool.commits.finish_q and sum(len(c.items) for c in raft.sent) == n \
                     and raft.flying == 0:
                 break
         task.cancel()

@@ -23,7 +23,7 @@ from raftsched.core.errors import Conflict, InvalidArgument, Unauthenticated
 from raftsched.node.worker.guard import proof
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
     from raftsched.node.replica.writes import ClientWrites
 
@@ -47,7 +47,7 @@ class CertifyOps:
     :param missing_feature: members whose release does not know a feature yet.
     """
 
-    def __init__(self, *, raft: RaftNode, writes: ClientWrites, node_id: str, boot: int,
+    def __init__(self, *, raft: ReplicaPort, writes: ClientWrites, node_id: str, boot: int,
                  secrets: Callable[[], list[str]], cluster_id: Callable[[], str],
                  missing_feature: Callable[[str], list[str]]) -> None:
         self.raft = raft
@@ -83,7 +83,7 @@ class CertifyOps:
         return {"released": reply["released"], "already": reply["already"]}
 
 
-async def certify_previous(*, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
+async def certify_previous(*, raft: ReplicaPort, writes: ClientWrites, reads: ReadBarrier,
                            node_id: str, boot: int,
                            missing_feature: Callable[[str], list[str]]) -> int | None:
     """A restarted node's certificate for its previous incarnation (call once this node

@@ -27,7 +27,7 @@ from raftsched.node.observe.clock import now_ms
 
 if TYPE_CHECKING:
     from raftsched.node.config.config import NodeConfig, Timing
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.worker.guard import Guard
     from raftsched.node.worker.worker import WorkerPool
 
@@ -37,7 +37,7 @@ log = logging.getLogger("raftsched.node")
 class Liveness:
     """See the module docstring. Every method runs on the node's event loop."""
 
-    def __init__(self, *, raft: RaftNode, worker: WorkerPool, guard: Guard | None,
+    def __init__(self, *, raft: ReplicaPort, worker: WorkerPool, guard: Guard | None,
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
                  on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self.raft = raft

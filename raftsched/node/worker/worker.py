@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core.commands import FinishItem, Start, StartItem
+from raftsched.core.commands import Start, StartItem
 from raftsched.core.trigger import jitter_ms
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import now_ms
@@ -43,7 +43,7 @@ from raftsched.node.worker.workercommits import (
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
     from raftsched.core.model import JobSpec
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.worker.guard import Guard
     from raftsched.node.worker.runlog import RunLogs
 
@@ -86,10 +86,10 @@ class _Counters:
     self_fenced: int = 0
 
 
-class WorkerPool(WorkerCommits):
+class WorkerPool:
     """See the module docstring. All methods run on the node's event loop."""
 
-    def __init__(self, *, node_id: str, raft: RaftNode, slots: int, output_tail_bytes: int,
+    def __init__(self, *, node_id: str, raft: ReplicaPort, slots: int, output_tail_bytes: int,
                  allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
                  base_env: dict[str, str], on_started: Any = None,
                  prestart_ms: int = 0, fence_grace_s: float | None = None,
@@ -117,19 +117,17 @@ class WorkerPool(WorkerCommits):
         # worker waits for the instant: commit latency does not become scheduling lag.
         self.prestart_ms = prestart_ms
         self.local: dict[str, LocalRun] = {}
-        self.finish_q: list[FinishItem] = []
+        #: Starts and finishes to the replica (its own part: the finish queue's timing).
+        self.commits = WorkerCommits(node_id=node_id, raft=raft, local=self.local,
+                                     freed=self.notify)
         self.counters = _Counters()
         self._wake = asyncio.Event()
-        self._finish_wake = asyncio.Event()
-        self._stopping = False
         #: Set by drain(): nothing new starts here; running runs may finish.
         self.draining = False
         self._hurry = asyncio.Event()
         self._tasks: set[asyncio.Future[Any]] = set()
         #: Launched runs by their start instant (epoch ms), each group one loop timer.
         self._at: dict[int, list[LocalRun]] = {}
-        #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
-        self._quiet_at = 0
 
     # ------------------------------------------------------------ signals from the node
 
@@ -171,9 +169,9 @@ class WorkerPool(WorkerCommits):
     # ------------------------------------------------------------ main loop
 
     async def run(self) -> None:
-        flusher = asyncio.create_task(self._flush_finishes())
+        flusher = asyncio.create_task(self.commits.flush_finishes())
         try:
-            while not self._stopping:
+            while not self.commits.stopping:
                 delay = self._step()
                 self._wake.clear()
                 try:
@@ -215,7 +213,7 @@ class WorkerPool(WorkerCommits):
         # Their outcomes (lost, or what a killed process reported) and every finish
         # still queued are committed before the node leaves.
         flush_until = loop.time() + self.kill_grace_s + 3.0
-        while loop.time() < flush_until and (self.finish_q or self._busy()):
+        while loop.time() < flush_until and (self.commits.finish_q or self._busy()):
             await asyncio.sleep(0.02)
         events.emit("node.drained", node=self.node_id, stopped=len(left),
                     uncommitted=len(self._busy()),
@@ -230,7 +228,7 @@ class WorkerPool(WorkerCommits):
         group is killed, a callable's thread is abandoned). Finishes the flusher has not
         committed when :meth:`run` ends stay uncommitted; the leader releases those runs
         when the node restarts or after the node timeout."""
-        self._stopping = True
+        self.commits.stopping = True
         self._wake.set()
         for loc in list(self.local.values()):
             if loc.execution is not None:
@@ -323,12 +321,12 @@ class WorkerPool(WorkerCommits):
                 shed.append(loc)
         for loc in late:
             loc.phase = Phase.FINISHING
-            self._finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
+            self.commits.finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
                                               reason="late: past its grace on this node"))
         for loc in shed:
             loc.phase = Phase.FINISHING
             self.counters.shed += 1
-            self._finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
+            self.commits.finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
                                               reason="overload"))
         if ready:
             for loc in ready:
@@ -344,7 +342,7 @@ class WorkerPool(WorkerCommits):
         try:
             # Claimed up to prestart_ms early, the start takes effect (and is recorded)
             # at the runs' instant: the commit's latency never shows as lag.
-            reply = await self._commit(Start(node=self.node_id, items=items, at=0),
+            reply = await self.commits.commit(Start(node=self.node_id, items=items, at=0),
                                        at_floor=min(loc.start_at_ms for loc in batch))
         except Exception:  # noqa: BLE001 - stopping
             return
@@ -411,7 +409,7 @@ class WorkerPool(WorkerCommits):
         group = self._at.pop(at_ms, ())
         if len(group) >= QUIET_GROUP:
             # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
-            self._quiet_at = max(self._quiet_at, at_ms)
+            self.commits.quiet_at = max(self.commits.quiet_at, at_ms)
         # Which of them are still ours to spawn, in one hold of the state lock for the
         # whole instant (see _may_spawn), not one per run.
         held = self._held_started(group)
@@ -422,7 +420,7 @@ class WorkerPool(WorkerCommits):
                 log.exception("run %s could not begin", loc.run_id)
                 if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
                     loc.phase = Phase.FINISHING
-                    self._finish(loc, ExecutionResult(
+                    self.commits.finish(loc, ExecutionResult(
                         outcome="failed", exit_code=None, tail="",
                         reason=f"could not begin: {type(exc).__name__}"[:200]))
 
@@ -458,7 +456,7 @@ class WorkerPool(WorkerCommits):
             return
         if now_ms() - loc.start_at_ms > loc.grace_ms:
             loc.phase = Phase.FINISHING
-            self._finish(loc, ExecutionResult(
+            self.commits.finish(loc, ExecutionResult(
                 outcome="lost", exit_code=None, tail="",
                 reason="no lease: this node could not reach the cluster at its instant"))
             return
@@ -473,7 +471,7 @@ class WorkerPool(WorkerCommits):
             return  # cancelled by the cluster while waiting: it never ran
         if loc.execution.stopped:
             loc.phase = Phase.FINISHING
-            self._finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
+            self.commits.finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
         if not known:
@@ -507,7 +505,7 @@ class WorkerPool(WorkerCommits):
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = Phase.FINISHING
-        self._finish(loc, result)
+        self.commits.finish(loc, result)
 
 
 def _specs(job_ids: set[str], st: ClusterState) -> dict[str, JobSpec]:

@@ -2,15 +2,16 @@
 bounded in size, committed with retries; and the finish queue, held in the quiet after
 a big instant and flushed in pipelined batches.
 
-The base class of :class:`raftsched.node.worker.worker.WorkerPool` (which decides what starts
-and when, and runs it); apart because how outcomes reach the log has its own timing
-trade-offs (see QUIET_MS) that the start side never needs.
+A part the :class:`raftsched.node.worker.worker.WorkerPool` holds (the pool decides what
+starts and when, and runs it); apart because how outcomes reach the log has its own
+timing trade-offs (see QUIET_MS) that the start side never needs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from raftsched.node.worker.executor import calls_waiting
 from raftsched.node.worker.runtypes import ExecutionResult
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.worker.localrun import LocalRun
 
 # The worker's logger: its messages are one component's, whichever module writes them.
@@ -56,20 +57,29 @@ FINISH_PIPELINE = 4
 
 
 class WorkerCommits:
-    """The commit half of the worker pool; see the module docstring. The pool's
-    ``__init__`` sets the attributes declared here."""
+    """The commit half of the worker pool; see the module docstring.
 
-    node_id: str
-    raft: RaftNode
-    local: dict[str, LocalRun]
-    finish_q: list[FinishItem]
-    _wake: asyncio.Event
-    _finish_wake: asyncio.Event
-    _stopping: bool
-    #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
-    _quiet_at: int
+    :param node_id: this node.
+    :param raft: the replica the commands go to.
+    :param local: the pool's claimed runs (shared: a committed finish forgets its run).
+    :param freed: called when committed finishes freed slots (wakes the pool).
+    """
 
-    async def _commit(self, cmd: Start | Finish, at_floor: int = 0) -> dict[str, Any]:
+    def __init__(self, *, node_id: str, raft: ReplicaPort, local: dict[str, LocalRun],
+                 freed: Callable[[], None]) -> None:
+        self.node_id = node_id
+        self.raft = raft
+        self.local = local
+        self.freed = freed
+        #: Finishes not yet committed, oldest first.
+        self.finish_q: list[FinishItem] = []
+        self.finish_wake = asyncio.Event()
+        #: Set when the pool stops: a commit that fails then is given up, not retried.
+        self.stopping = False
+        #: The last instant (epoch ms) that started QUIET_GROUP runs or more here.
+        self.quiet_at = 0
+
+    async def commit(self, cmd: Start | Finish, at_floor: int = 0) -> dict[str, Any]:
         """Submit until committed; retries keep the same items (start/finish are
         idempotent through fences). ``at`` is stamped at least ``at_floor``."""
         delay = 0.02
@@ -79,7 +89,7 @@ class WorkerCommits:
                 fut = self.raft.submit(cmd)
                 return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
             except (NotReady, TimeoutError) as exc:
-                if self._stopping:
+                if self.stopping:
                     raise
                 log.debug("%s not committed (%s); retrying", cmd.OP, exc)
             except Exception as exc:  # noqa: BLE001 - e.g. Overloaded: back off and retry
@@ -87,18 +97,19 @@ class WorkerCommits:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
-    def _finish(self, loc: LocalRun, result: ExecutionResult) -> None:
+    def finish(self, loc: LocalRun, result: ExecutionResult) -> None:
+        """Queue ``loc``'s outcome for the next finish batch."""
         self.finish_q.append(FinishItem(loc.run_id, loc.fence, result.outcome,
                                         result.exit_code, result.tail, result.reason))
         events.emit("run.finished", node=self.node_id, run_id=loc.run_id,
                     outcome=result.outcome, fence=loc.fence, attempt=loc.attempt,
                     exit_code=result.exit_code, reason=result.reason)
-        self._finish_wake.set()
+        self.finish_wake.set()
 
     async def _quiet(self) -> None:
         """Hold finishes in the quiet after a big instant (see QUIET_MS). Bounded by
         QUIET_MAX_MS from the instant, whichever way the wall clock steps meanwhile."""
-        since = now_ms() - self._quiet_at
+        since = now_ms() - self.quiet_at
         if not 0 <= since < QUIET_MAX_MS:
             return
         loop = asyncio.get_running_loop()
@@ -111,10 +122,11 @@ class WorkerCommits:
         if hold > 0:
             await asyncio.sleep(hold / 1000)
 
-    async def _flush_finishes(self) -> None:
+    async def flush_finishes(self) -> None:
+        """Commit queued finishes in pipelined batches until the pool stops."""
         while True:
-            await self._finish_wake.wait()
-            self._finish_wake.clear()
+            await self.finish_wake.wait()
+            self.finish_wake.clear()
             if not self.finish_q:
                 continue
             await self._quiet()
@@ -124,7 +136,7 @@ class WorkerCommits:
             # Refused items (stale fence) are logged by the node from the effect.
             for w in range(0, len(chunks), FINISH_PIPELINE):
                 done = await asyncio.gather(
-                    *(self._commit(Finish(node=self.node_id, items=c, at=0))
+                    *(self.commit(Finish(node=self.node_id, items=c, at=0))
                       for c in chunks[w:w + FINISH_PIPELINE]), return_exceptions=True)
                 if any(isinstance(d, BaseException) for d in done):
                     return  # stopping
@@ -134,4 +146,4 @@ class WorkerCommits:
                 held = self.local.get(item.run_id)
                 if held is not None and held.fence == item.fence:
                     del self.local[item.run_id]
-            self._wake.set()
+            self.freed()
