@@ -32,7 +32,7 @@ from raftsched.wire import webhook
 
 if TYPE_CHECKING:
     from raftsched.node.config.notifyconfig import NotifyConfig
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
 
 log = logging.getLogger("raftsched.notify")
 
@@ -90,7 +90,7 @@ class Notifier:
         (``applyops``): the default is committed only once every member knows it.
     """
 
-    def __init__(self, *, raft: RaftNode, leader: Leadership, cfg: NotifyConfig,
+    def __init__(self, *, raft: ReplicaPort, leader: Leadership, cfg: NotifyConfig,
                  secret: str | None, node_id: str,
                  missing_feature: Callable[[str], list[str]]) -> None:
         self.raft = raft

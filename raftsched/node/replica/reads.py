@@ -22,7 +22,7 @@ from raftsched.core.errors import NotReady, RaftschedError
 from raftsched.node.observe.clock import now_ms
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
 
 #: How long a consistent read waits for this node to catch up before ``not_ready``.
 READ_WAIT_S = 3.0
@@ -33,7 +33,7 @@ _RETRY_S = 0.05
 class ReadBarrier:
     """Barriers for the reads of one node; every method runs on the node's loop."""
 
-    def __init__(self, raft: RaftNode, node_id: str) -> None:
+    def __init__(self, raft: ReplicaPort, node_id: str) -> None:
         self.raft = raft
         self.node_id = node_id
         #: The barrier not yet submitted, shared by the reads arriving before it is.

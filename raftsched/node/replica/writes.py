@@ -20,7 +20,7 @@ from raftsched.core.errors import Conflict, InvalidArgument, NotReady, from_wire
 from raftsched.node.observe.clock import now_ms
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
 
 #: How long a client write may keep retrying through elections before it fails.
 WRITE_DEADLINE_S = 10.0
@@ -56,7 +56,7 @@ class ClientWrites:
         connect within an election's time after a boot or a blip).
     """
 
-    def __init__(self, *, raft: RaftNode, quorum_problem: Callable[[], str | None],
+    def __init__(self, *, raft: ReplicaPort, quorum_problem: Callable[[], str | None],
                  quorum_grace_s: float) -> None:
         self.raft = raft
         self.quorum_problem = quorum_problem

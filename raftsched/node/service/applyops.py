@@ -25,7 +25,7 @@ from raftsched.core.model import ENV_MASK, JobSpec
 
 if TYPE_CHECKING:
     from raftsched.node.config.config import Limits
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
     from raftsched.node.replica.writes import ClientWrites
 
@@ -42,7 +42,7 @@ class Features:
     by the node, used by its router, the leader loop and the notifier."""
 
     #: The replica: the members' last heartbeats and the replicated membership.
-    raft: RaftNode
+    raft: ReplicaPort
     #: The config file's node ids: the members until the membership is seeded.
     config_ids: Sequence[str]
 
@@ -98,7 +98,7 @@ class ApplyOps:
         at each request: an embedded app adds its own module while the node runs.
     """
 
-    def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
+    def __init__(self, *, raft: ReplicaPort, writes: ClientWrites, reads: ReadBarrier,
                  limits: Limits,
                  allowed_call_prefixes: Callable[[], tuple[str, ...] | None]) -> None:
         self.raft = raft

@@ -20,7 +20,7 @@ from raftsched.node.observe.clock import now_ms
 from raftsched.node.service.jobops import job_id_arg
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
     from raftsched.node.replica.writes import ClientWrites
 
@@ -40,7 +40,7 @@ def time_arg(args: dict[str, Any], key: str) -> int:
 class BackfillOps:
     """``backfill``, ``backfill_cancel`` and ``backfills`` (see the module docstring)."""
 
-    def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier) -> None:
+    def __init__(self, *, raft: ReplicaPort, writes: ClientWrites, reads: ReadBarrier) -> None:
         self.raft = raft
         self.writes = writes
         self.reads = reads

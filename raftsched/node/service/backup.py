@@ -31,7 +31,7 @@ from raftsched.node.service.backupfile import decode_backup, encode_backup, seed
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
     from raftsched.node.config.config import ClusterConfig
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
 
 #: Bytes per ``backup`` reply: well below the smallest frame limit a config allows.
@@ -40,7 +40,7 @@ CHUNK_BYTES = 256 * 1024
 KEEP_S = 300.0
 
 
-def _encode_forked(raft: RaftNode) -> tuple[bytes, int, int]:
+def _encode_forked(raft: ReplicaPort) -> tuple[bytes, int, int]:
     """(state bytes, index, term) of the state as applied now, encoded in a child."""
     read_fd, write_fd = os.pipe()
 
@@ -84,7 +84,7 @@ class Backups:
         secret rotation changes it).
     """
 
-    def __init__(self, *, raft: RaftNode, reads: ReadBarrier, node_id: str,
+    def __init__(self, *, raft: ReplicaPort, reads: ReadBarrier, node_id: str,
                  cluster_id: Callable[[], str]) -> None:
         self.raft = raft
         self.reads = reads

@@ -39,7 +39,7 @@ from raftsched.node.service import preview
 
 if TYPE_CHECKING:
     from raftsched.node.config.config import Limits
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
     from raftsched.node.replica.writes import ClientWrites
 
@@ -125,7 +125,7 @@ class JobOps:
         at each request: an embedded app adds its own module while the node runs.
     """
 
-    def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
+    def __init__(self, *, raft: ReplicaPort, writes: ClientWrites, reads: ReadBarrier,
                  limits: Limits,
                  allowed_call_prefixes: Callable[[], tuple[str, ...] | None],
                  read_delay: Callable[[int], float] | None = None) -> None:

@@ -34,7 +34,7 @@ from raftsched.node.worker.runlog import STREAMS, split_run_id
 
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
-    from raftsched.node.replica.raft import RaftNode
+    from raftsched.node.replica.port import ReplicaPort
     from raftsched.node.replica.reads import ReadBarrier
     from raftsched.node.worker.runlog import RunLogs
 
@@ -99,7 +99,7 @@ class LogOps:
     :param cluster_id: the cluster's id; a node of another cluster is not asked.
     """
 
-    def __init__(self, *, raft: RaftNode, reads: ReadBarrier, logs: RunLogs, node_id: str,
+    def __init__(self, *, raft: ReplicaPort, reads: ReadBarrier, logs: RunLogs, node_id: str,
                  secret: Callable[[], str | None], tls_ca: str | None,
                  cluster_id: Callable[[], str | None]) -> None:
         self.raft = raft
