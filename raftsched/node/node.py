@@ -45,6 +45,7 @@ from raftsched.core.effects import (
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
 from raftsched.node import datadir, shutdown
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.config.config import (
     ClusterConfig,
     check_bind_safety,
@@ -123,7 +124,7 @@ class Node:
             set_offset_file(env["RAFTSCHED_CLOCK_FILE"])
         self.metrics = metrics
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.raft_to_id = {p.raft: p.id for p in cfg.nodes}
+        self.raft_to_id = AddressBook.of((p.id, p.raft) for p in cfg.nodes)
         self._stop = asyncio.Event()
         #: The process exit code ``run_node`` returns (1 after a refused format).
         self.exit_code = 0

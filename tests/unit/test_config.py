@@ -468,3 +468,14 @@ def test_no_short_secret_leaks(short: str) -> None:
 def test_split_addr_round_trip(host: str, port: int) -> None:
     h, p = split_addr(f"{host}:{port}", "k")
     assert (h, p) == (host.strip("[]"), port)
+
+
+def test_the_address_book_answers_both_ways_and_learns_in_place() -> None:
+    from raftsched.node.config.addressbook import AddressBook
+
+    book = AddressBook.of([("n1", "h1:7001"), ("n2", "h2:7001")])
+    shared = book  # every part holds the same object
+    assert book.node_of("h2:7001") == "n2" and book.raft_of("n1") == "h1:7001"
+    assert book.node_of(None) is None and book.raft_of("n9") is None
+    book.update({"h9:7001": "n9"})  # the membership refresh names a replicated member
+    assert shared.raft_of("n9") == "h9:7001"

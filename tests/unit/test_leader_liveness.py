@@ -22,6 +22,7 @@ import pytest
 from raftsched.core import lease
 from raftsched.core.commands import LeaderRecord, Release
 from raftsched.core.machine import ClusterState
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
 from raftsched.node.observe.clock import FakeClock
 from tests.support.stateutil import T0, S, hb, ok, put, run_fire
@@ -83,7 +84,7 @@ class Leader:
             node_timeout_ms=TIMEOUT_MS, lookahead_ms=250, heartbeat_ms=500))
         raft: Any = self.raft
         self.loop = LeaderLoop(
-            node_id="n1", raft=raft, raft_to_id={a: n for n, a in ADDR.items()},
+            node_id="n1", raft=raft, raft_to_id=AddressBook.of(ADDR.items()),
             cfg=cfg, boot_ms=T0 - 60 * S, metrics=None, missing_feature=lambda _f: [],
             clock=self.clock)
         assert asyncio.run(self.loop._establish(1))

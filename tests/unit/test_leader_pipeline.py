@@ -25,6 +25,7 @@ from raftsched.core.commands import Place, Plan, RunFire
 from raftsched.core.errors import NotReady
 from raftsched.core.machine import ClusterState
 from raftsched.core.trigger import fire_times, next_fire
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader import leaderloop
 from raftsched.node.leader.leaderloop import LeaderLoop
 from raftsched.node.observe.clock import FakeClock
@@ -123,7 +124,7 @@ class Harness:
         self.raft = FakeRaft(st)
         cfg: Any = SimpleNamespace(timing=SimpleNamespace(lookahead_ms=LOOKAHEAD))
         self.loop = LeaderLoop(
-            node_id="n1", raft=self.raft, raft_to_id={}, metrics=None,  # type: ignore[arg-type]
+            node_id="n1", raft=self.raft, raft_to_id=AddressBook(), metrics=None,  # type: ignore[arg-type]
             boot_ms=T0 - 60 * S, missing_feature=lambda _feature: [], cfg=cfg,
             clock=self.clock)
         self.loop.active, self.loop.term = True, 1

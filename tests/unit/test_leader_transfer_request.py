@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from raftsched.core.machine import ClusterState
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.leaderloop import LeaderLoop
 from raftsched.node.observe.clock import FakeClock
 from tests.support.stateutil import T0, S, hb
@@ -28,7 +29,7 @@ def _loop() -> tuple[LeaderLoop, list[Any]]:
     cfg: Any = SimpleNamespace(nodes=nodes, timing=SimpleNamespace(
         node_timeout_ms=3000, lookahead_ms=250, heartbeat_ms=500))
     raft: Any = Replica(st, term=2)
-    loop = LeaderLoop(node_id="n1", raft=raft, raft_to_id={a: n for n, a in ADDR.items()},
+    loop = LeaderLoop(node_id="n1", raft=raft, raft_to_id=AddressBook.of(ADDR.items()),
                       cfg=cfg, boot_ms=T0 - 60 * S, metrics=None,
                       missing_feature=lambda _f: [], clock=FakeClock(wall_ms=T0))
     asked: list[Any] = []

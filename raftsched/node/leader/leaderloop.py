@@ -21,7 +21,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -49,6 +49,7 @@ from raftsched.core.leader import (
     plan_input,
 )
 from raftsched.core.machine import ClusterState
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.admission import Admission, AdmissionStatistics
 from raftsched.node.leader.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 from raftsched.node.observe import events
@@ -119,7 +120,7 @@ class LeaderLoop:
     """
 
     def __init__(self, *, raft: RaftNode, node_id: str, cfg: ClusterConfig,
-                 raft_to_id: Mapping[str, str], boot_ms: int, metrics: LeaderMetrics | None,
+                 raft_to_id: AddressBook, boot_ms: int, metrics: LeaderMetrics | None,
                  missing_feature: Callable[[str], list[str]],
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
@@ -334,7 +335,7 @@ class LeaderLoop:
         raft = self.raft
         if not any(n != self.node_id for n in self.raft_to_id.values()):
             return False  # alone: no one to hand over to (and no hold on our commands)
-        target = next((a for a, n in self.raft_to_id.items() if n == to), None) \
+        target = self.raft_to_id.raft_of(to) \
             if to is not None else None
         t0 = self.clock.monotonic()
         deadline = t0 + wait_s
@@ -445,7 +446,7 @@ class LeaderLoop:
         for node_id in alive:
             if node_id == self.node_id:
                 continue
-            addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
+            addr = self.raft_to_id.raft_of(node_id)
             conn = connected.get(addr, True) if addr is not None else True
             if conn:
                 self.disc_since.pop(node_id, None)

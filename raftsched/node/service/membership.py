@@ -35,11 +35,12 @@ from raftsched.core.errors import (
     RaftschedError,
 )
 from raftsched.core.records import MemberRecord
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.config.config import _NODE_ID_RE, split_addr
 from raftsched.node.observe import events
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, MutableMapping
+    from collections.abc import Mapping
 
     from raftsched.core.machine import ClusterState
     from raftsched.node.config.config import ClusterConfig
@@ -60,7 +61,7 @@ DRAIN_WAIT_S = 60.0
 Op = Callable[[dict[str, Any]], Awaitable[Any]]
 
 
-def refresh_ids(raft: RaftNode, raft_to_id: MutableMapping[str, str]) -> None:
+def refresh_ids(raft: RaftNode, raft_to_id: AddressBook) -> None:
     """Raft address -> node id for every member the state knows (removed ones too, so
     they keep their names), over the config file's: updates ``raft_to_id`` in place
     (the node's one map, which the other parts hold)."""
@@ -136,7 +137,7 @@ class MembershipOps:
     """
 
     def __init__(self, *, raft: RaftNode, writes: ClientWrites, reads: ReadBarrier,
-                 cfg: ClusterConfig, node_id: str, raft_to_id: MutableMapping[str, str],
+                 cfg: ClusterConfig, node_id: str, raft_to_id: AddressBook,
                  secret: Callable[[], str]) -> None:
         self.raft = raft
         self.writes = writes

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import backfill, conc
+from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.observe.clock import now_ms
 from raftsched.node.service import membership
 
@@ -33,7 +34,7 @@ class StatusView:
     #: This node's id.
     node_id: str
     #: Raft address -> node id; the node updates it in place as members are added.
-    raft_to_id: Mapping[str, str]
+    raft_to_id: AddressBook
     #: The cluster id of the secret in use now (it changes with a secret rotation).
     cluster_id: Callable[[], str]
     #: This node's worker pool's statistics (called on the event loop).
@@ -53,7 +54,7 @@ class StatusView:
                                              int | None]:
             nodes = []
             for node_id, rec in sorted(st.nodes.items()):
-                addr = next((a for a, n in self.raft_to_id.items() if n == node_id), None)
+                addr = self.raft_to_id.raft_of(node_id)
                 conn = True if node_id == self.node_id else \
                     addr is not None and bool(connected.get(addr, False))
                 d = rec.to_dict()
