@@ -158,9 +158,9 @@ def advance(st: StateData, bf: BackfillRecord, at: int) -> None:
                 _count(bf, "skipped")
             else:
                 on_time = [r for r in rec.active if r not in st.bf_runs]
-                if on_time and bf.overlap == "queue":
+                if on_time and bf.overlap == Overlap.queue:
                     return  # waits for the job's on-time run to end
-                if on_time and bf.overlap == "skip":
+                if on_time and bf.overlap == Overlap.skip:
                     runs.record_miss(st, rec, t, t, 1, RunState.skipped,
                                        MissReason.overlap.value, at)
                     _count(bf, "skipped_overlap")

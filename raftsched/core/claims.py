@@ -30,7 +30,8 @@ from raftsched.core.effects import (
     RunStarted,
 )
 from raftsched.core.errors import Conflict, InvalidArgument
-from raftsched.core.model import MissReason, RunState, run_id_of
+from raftsched.core.items import ClaimResult, ReleaseScope
+from raftsched.core.model import FireAction, MissReason, OnNodeLost, RunState, run_id_of
 from raftsched.core.records import RunRecord
 from raftsched.core.runs import (
     MAX_ACTIVE_PER_JOB,
@@ -81,7 +82,7 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
                 rejected.append(["miss", item.job, item.first_ms])
                 continue
             record_miss(st, rec, item.first_ms, item.last_ms, item.fire_count,
-                        RunState(item.outcome), item.reason[:64], at)
+                        item.outcome, item.reason[:64], at)
             rec.hwm_ms = item.last_ms
             continue
         sched, node = item.scheduled_ms, item.node
@@ -92,11 +93,11 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
             continue
         rec.hwm_ms = sched
         admitted = conc.admission(st, rec)
-        if admitted == conc.SKIP:
+        if admitted == FireAction.skip:
             record_miss(st, rec, sched, sched, 1, RunState.skipped,
                         MissReason.concurrency.value, at)
             continue
-        waits = item.queued or admitted == conc.QUEUE
+        waits = item.queued or admitted == FireAction.queue
         run = new_run(st, rec, sched, at,
                       state=RunState.queued if waits else RunState.pending,
                       reason=CONC_WAIT if waits and not item.queued else "")
@@ -108,7 +109,7 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
     for d in cmd.drop:
         ending = None if isinstance(d, Refused) else st.runs.get(d.run_id)
         if (ending is None or isinstance(d, Refused)
-                or not end_run(st, ending, at, RunState(d.outcome), d.reason[:64])):
+                or not end_run(st, ending, at, d.outcome, d.reason[:64])):
             rejected.append(d.entry if isinstance(d, Refused) else ["drop", d.run_id])
     for p in cmd.place:
         placing = None if isinstance(p, Refused) else st.runs.get(p.run_id)
@@ -127,7 +128,7 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
             rejected.append(["next", n.job])
             continue
         st.set_next(rec, n.next_ms)
-    st.leader["last_ms"] = max(st.leader["last_ms"], at)
+    st.leader.last_ms = max(st.leader.last_ms, at)
     if rejected:
         st.effects.append(PlanRejected(rejected[:50]))
     return {"ok": True, "rejected": rejected[:200], "fence": st.fence}
@@ -137,10 +138,10 @@ def _check_leader(st: StateData, term: int, leader: Any, op: str) -> None:
     """A plan or release is the current leader's only: its term and node must be the
     leadership record's (committed by that leader before it planned anything)."""
     lead = st.leader
-    if term != lead["term"]:
-        raise Conflict(op, f"from term {term}; the current leader's term is {lead['term']}")
-    if leader != lead["node"]:
-        raise Conflict(op, f"from {leader!r}; term {term} is led by {lead['node']!r}")
+    if term != lead.term:
+        raise Conflict(op, f"from term {term}; the current leader's term is {lead.term}")
+    if leader != lead.node:
+        raise Conflict(op, f"from {leader!r}; term {term} is led by {lead.node!r}")
 
 
 def _node_ok(st: StateData, node: str) -> bool:
@@ -151,17 +152,17 @@ def _node_ok(st: StateData, node: str) -> bool:
 def apply_start(st: StateData, cmd: Start) -> dict[str, Any]:
     """A node starts assigned runs: each is accepted only with its current fence."""
     node, at = cmd.node, cmd.at
-    results: list[Any] = []
+    results: list[ClaimResult] = []
     for item in cmd.items:
         run = st.runs.get(item.run_id) if isinstance(item.run_id, str) else None
         if (isinstance(item, BadClaim) or run is None or run.node != node
                 or run.fence != item.fence or not st.table.move(run, RunState.started, at)):
             current = run.fence if run is not None else None
-            results.append([False, current])
+            results.append(ClaimResult(False, current))
             st.effects.append(ClaimRefused("start", item.run_id, node, item.fence, current))
             continue
         run.started_ms = at
-        results.append([True, item.fence])
+        results.append(ClaimResult(True, item.fence))
         st.effects.append(RunStarted(run.run_id, node, item.fence))
     return {"ok": True, "results": results}
 
@@ -169,15 +170,15 @@ def apply_start(st: StateData, cmd: Start) -> dict[str, Any]:
 def apply_finish(st: StateData, cmd: Finish) -> dict[str, Any]:
     """A node reports outcomes (see :class:`~raftsched.core.commands.FinishItem`)."""
     node, at = cmd.node, cmd.at
-    results: list[Any] = []
+    results: list[ClaimResult] = []
     for item in cmd.items:
         run = st.runs.get(item.run_id) if isinstance(item.run_id, str) else None
         # The outcome must be one the run may end in from where it is (a started run
         # cannot be missed; a run not started cannot have succeeded).
         if (isinstance(item, BadClaim) or run is None or run.node != node
-                or run.fence != item.fence or not may(run, RunState(item.outcome))):
+                or run.fence != item.fence or not may(run, item.outcome)):
             current = run.fence if run is not None else None
-            results.append([False, current])
+            results.append(ClaimResult(False, current))
             st.effects.append(ClaimRefused("finish", item.run_id, node, item.fence, current))
             continue
         outcome, reason = item.outcome, item.reason
@@ -185,20 +186,20 @@ def apply_finish(st: StateData, cmd: Finish) -> dict[str, Any]:
         run.tail = item.tail[-MAX_TAIL:]
         rec = st.jobs.get(run.job_id)
         retries = rec.spec.retries if rec is not None else None
-        if outcome == "lost":
+        if outcome is RunState.lost:
             # The node stopped the run itself (lost quorum, shutdown): as if lost.
-            if (rec is not None and rec.spec.on_node_lost.value == "retry"
+            if (rec is not None and rec.spec.on_node_lost is OnNodeLost.retry
                     and not rec.spec.paused):
                 _retry(st, run, at, RunState.lost, reason[:200], at)
             else:
                 end_run(st, run, at, RunState.lost, reason[:200])
-        elif (outcome in ("failed", "timed_out") and rec is not None and retries is not None
-                and run.attempt <= retries.max and not rec.spec.paused):
-            _retry(st, run, at, RunState(outcome), reason[:200],
+        elif (outcome in (RunState.failed, RunState.timed_out) and rec is not None
+                and retries is not None and run.attempt <= retries.max and not rec.spec.paused):
+            _retry(st, run, at, outcome, reason[:200],
                    at + retries.delay_ms(run.attempt))
         else:
-            end_run(st, run, at, RunState(outcome), reason[:200])
-        results.append([True, item.fence])
+            end_run(st, run, at, outcome, reason[:200])
+        results.append(ClaimResult(True, item.fence))
     return {"ok": True, "results": results}
 
 
@@ -237,7 +238,7 @@ def apply_release(st: StateData, cmd: Release) -> dict[str, Any]:
         raise Conflict("release", f"node {node} sent a heartbeat after the one this "
                                   "release counted from")
     released = release_node(st, node, at, scope, reason[:64])
-    if scope == "all":
+    if scope is ReleaseScope.all:
         nrec = st.nodes[node]
         if nrec.alive:
             nrec.alive = False
@@ -246,7 +247,7 @@ def apply_release(st: StateData, cmd: Release) -> dict[str, Any]:
     return {"ok": True, "released": released}
 
 
-def release_node(st: StateData, node: str, at: int, scope: str, reason: str, *,
+def release_node(st: StateData, node: str, at: int, scope: ReleaseScope, reason: str, *,
                  seen_ms: int | None = None, text: str | None = None) -> list[str]:
     """Release a node's claims: ``assigned`` runs (scope ``assigned`` or ``all``) go back
     to pending; ``started`` runs (scope ``started`` or ``all``) follow ``on_node_lost``.
@@ -262,12 +263,12 @@ def release_node(st: StateData, node: str, at: int, scope: str, reason: str, *,
     released: list[str] = []
     why = f"node {node} {reason}" if text is None else text
     for run in st.active_on(node):
-        if run.state == _ASSIGNED and scope in ("assigned", "all"):
+        if run.state == _ASSIGNED and scope is not ReleaseScope.started:
             st.table.move(run, RunState.pending, at, f"released: {reason}", node=None)
             released.append(run.run_id)
-        elif run.state == _STARTED and scope in ("started", "all"):
+        elif run.state == _STARTED and scope is not ReleaseScope.assigned:
             rec = st.jobs.get(run.job_id)
-            if (rec is not None and rec.spec.on_node_lost.value == "retry"
+            if (rec is not None and rec.spec.on_node_lost is OnNodeLost.retry
                     and not rec.spec.paused):
                 due = at if seen_ms is None else min(at, max(seen_ms, run.started_ms or 0))
                 _retry(st, run, at, RunState.lost, why, due)

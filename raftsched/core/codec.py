@@ -31,7 +31,7 @@ from raftsched.core.model import (
 from raftsched.core.notifydata import BODY_VERSION as NOTIFY_VERSION
 from raftsched.core.notifydata import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
-from raftsched.core.records import JobRecord, MemberRecord, NodeRecord, RunRecord
+from raftsched.core.records import JobRecord, Leadership, MemberRecord, NodeRecord, RunRecord
 from raftsched.core.specext import ConcurrencySpec, DepOn
 from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, schedule_to_row
 
@@ -235,7 +235,7 @@ def encode_state(st: ClusterState) -> bytes:
         "fence": st.fence,
         "applied": st.applied,
         "history_limit": st.history_limit,
-        "leader": dict(sorted(st.leader.items())),
+        "leader": st.leader.to_row(),
         "totals": dict(sorted(st.totals.items())),
         "jobs": jobs,
         "runs": runs,
@@ -364,7 +364,7 @@ def _decode_state(blob: bytes) -> ClusterState:
         raise ProtocolError("trailing data after the snapshot")
     st.fence = rest["fence"]
     st.applied = rest["applied"]
-    st.leader = rest["leader"]
+    st.leader = Leadership.from_row(rest["leader"])
     st.totals = rest["totals"]
     for row in rest["nodes"]:
         node = NodeRecord.from_row(row)

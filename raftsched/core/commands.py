@@ -59,6 +59,7 @@ from raftsched.core.items import (
     FINISH_OUTCOMES,
     MISS_OUTCOMES,
     BadClaim,
+    ClaimResult,
     Drop,
     FinishItem,
     Fire,
@@ -66,6 +67,7 @@ from raftsched.core.items import (
     Next,
     Place,
     Refused,
+    ReleaseScope,
     RunFire,
     StartItem,
     parse_drop,
@@ -159,7 +161,7 @@ class Release(Command):
 
     node: str
     """The node id."""
-    scope: str = "all"
+    scope: ReleaseScope = ReleaseScope.all
     """``assigned``: its not-yet-started runs; ``all``: every run, and it is lost."""
     reason: str = "node lost"
     """Why (recorded with the runs)."""
@@ -186,6 +188,7 @@ class Release(Command):
             raise InvalidArgument("node", "must be a known node id")
         if scope not in ("assigned", "all") or not isinstance(reason, str):
             raise InvalidArgument("scope", "must be 'assigned' or 'all'")
+        scope = ReleaseScope(scope)
         hb = cmd.get("hb")
         if hb is not None and (isinstance(hb, bool) or not isinstance(hb, int)):
             raise InvalidArgument("hb", "must be epoch milliseconds")
@@ -411,8 +414,9 @@ __all__ = [
     "MAX_AT_MS", "MAX_BATCH", "MAX_PUT_BATCH", "MISS_OUTCOMES", "PAST_AT_VERSION",
     "ApplyJobs", "Backfill", "BackfillCancel", "BadClaim", "ClientCommand", "Command",
     "DeleteJob", "Drain", "Drop",
-    "Finish", "FinishItem", "Heartbeat", "LeaderRecord", "Member", "MissFire", "Next",
-    "NotifyDefault", "NotifyResults", "Pause", "Place", "Plan", "PutJob", "PutJobs", "Read",
-    "Refused", "Release", "Resume", "RunFire", "Start", "StartItem", "Transfer", "Trigger",
+    "ClaimResult", "Finish", "FinishItem", "Heartbeat", "LeaderRecord", "Member", "MissFire",
+    "Next", "NotifyDefault", "NotifyResults", "Pause", "Place", "Plan", "PutJob", "PutJobs",
+    "Read", "Refused", "Release", "ReleaseScope", "Resume", "RunFire", "Start", "StartItem",
+    "Transfer", "Trigger",
     "command_class", "decode", "from_wire",
 ]

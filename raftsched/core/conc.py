@@ -21,26 +21,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftsched.core.model import FireAction
 from raftsched.core.specext import ConcPolicy
 
 if TYPE_CHECKING:
     from raftsched.core.records import JobRecord, RunRecord
     from raftsched.core.state import StateData
 
-#: :func:`admission`'s answers.
-RUN, QUEUE, SKIP = "run", "queue", "skip"
-
-
-def admission(st: StateData, rec: JobRecord) -> str:
+def admission(st: StateData, rec: JobRecord) -> FireAction:
     """What a new run of ``rec`` does now: ``run`` (a place is free, or no key),
     ``queue`` or ``skip`` (its key is full; by its ``policy``)."""
     conc = rec.spec.concurrency
     if conc is None:
-        return RUN
+        return FireAction.run
     table = st.table
     if len(table.holding.get(conc.key, ())) < table.limit(conc.key):
-        return RUN
-    return SKIP if conc.policy is ConcPolicy.skip else QUEUE
+        return FireAction.run
+    return FireAction.skip if conc.policy is ConcPolicy.skip else FireAction.queue
 
 
 def may_place(st: StateData, run: RunRecord) -> bool:
@@ -77,4 +74,4 @@ def key_view(st: StateData) -> list[dict[str, object]]:
             for key in sorted(table.key_max)]
 
 
-__all__ = ["QUEUE", "RUN", "SKIP", "admission", "key_view", "may_place", "track", "untrack"]
+__all__ = ["admission", "key_view", "may_place", "track", "untrack"]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from raftsched.core import conc, runs
 from raftsched.core.errors import Conflict, InvalidSpec
 from raftsched.core.misses import overlap_decision
-from raftsched.core.model import MissReason, Overlap, RunState, run_id_of
+from raftsched.core.model import FireAction, MissReason, Overlap, RunState, run_id_of
 from raftsched.core.runtable import CONC_WAIT
 from raftsched.core.specext import ON_STATES
 
@@ -158,18 +158,18 @@ def create_run(st: StateData, rec: JobRecord, sched: int, at: int, *, overlap: O
         runs.record_miss(st, rec, sched, sched, 1, _MISSED, MissReason.paused.value, at)
         return None
     decision = overlap_decision(overlap, active)
-    if decision.action == "skip" or len(rec.active) >= runs.MAX_ACTIVE_PER_JOB:
+    if decision.action is FireAction.skip or len(rec.active) >= runs.MAX_ACTIVE_PER_JOB:
         runs.record_miss(st, rec, sched, sched, 1, _SKIPPED, MissReason.overlap.value, at)
         return None
     for run_id in decision.cancel:
         runs.end_run(st, st.runs[run_id], at, RunState.cancelled, "replaced")
     admitted = conc.admission(st, rec)
-    if admitted == conc.SKIP:
+    if admitted == FireAction.skip:
         runs.record_miss(st, rec, sched, sched, 1, _SKIPPED,
                            MissReason.concurrency.value, at)
         return None
-    by_overlap = decision.action == "queue"
-    waits = by_overlap or admitted == conc.QUEUE
+    by_overlap = decision.action is FireAction.queue
+    waits = by_overlap or admitted == FireAction.queue
     run = runs.new_run(st, rec, sched, at,
                          state=RunState.queued if waits else RunState.pending,
                          reason=CONC_WAIT if waits and not by_overlap else "",

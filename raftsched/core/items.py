@@ -9,15 +9,18 @@ alone and applies the rest.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple
 
+from raftsched.core.model import RunState
+
 #: Outcomes a worker may report in ``finish``.
-FINISH_OUTCOMES = frozenset({"succeeded", "failed", "timed_out", "shed", "cancelled",
-                             "lost", "missed"})
+FINISH_OUTCOMES = frozenset({RunState.succeeded, RunState.failed, RunState.timed_out,
+                             RunState.shed, RunState.cancelled, RunState.lost, RunState.missed})
 #: Outcomes a leader may record for a fire time that did not run.
-MISS_OUTCOMES = frozenset({"missed", "skipped", "shed"})
+MISS_OUTCOMES = frozenset({RunState.missed, RunState.skipped, RunState.shed})
 #: Outcomes a leader may impose on an active run.
-DROP_OUTCOMES = frozenset({"shed", "cancelled", "missed"})
+DROP_OUTCOMES = frozenset({RunState.shed, RunState.cancelled, RunState.missed})
 
 
 # ---------------------------------------------------------------- items
@@ -50,7 +53,7 @@ class MissFire(NamedTuple):
     """The last one; the mark rises to it."""
     fire_count: int
     """How many fire times the range stands for (at least 1)."""
-    outcome: str
+    outcome: RunState
     """One of :data:`MISS_OUTCOMES`."""
     reason: str
     """Why (a ``MissReason`` value)."""
@@ -73,7 +76,7 @@ class Drop(NamedTuple):
 
     run_id: str
     """The active run."""
-    outcome: str
+    outcome: RunState
     """One of :data:`DROP_OUTCOMES`."""
     reason: str
     """Why (recorded with the run)."""
@@ -105,14 +108,35 @@ class FinishItem(NamedTuple):
     """The run."""
     fence: int
     """The fence it ran under."""
-    outcome: str
-    """One of :data:`FINISH_OUTCOMES`."""
+    outcome: RunState
+    """One of :data:`FINISH_OUTCOMES` (a string on the wire)."""
     exit_code: int | None
     """The process exit code, if any."""
     tail: str
     """The tail of its output."""
     reason: str
     """Why it ended so (empty for a plain exit)."""
+
+
+class ReleaseScope(enum.StrEnum):
+    """Which of a node's claims a release frees."""
+
+    assigned = "assigned"
+    """Runs placed on it and not started: back to pending."""
+    started = "started"
+    """Runs it started: each follows its job's ``on_node_lost``."""
+    all = "all"
+    """Both."""
+
+
+class ClaimResult(NamedTuple):
+    """The answer to one start or finish item: ``[accepted, fence]`` on the wire."""
+
+    accepted: bool
+    """The item took effect."""
+    fence: int | None
+    """The run's fence now (a refused item's holder can tell it was superseded); None:
+    no such run."""
 
 
 class Refused(NamedTuple):
@@ -157,7 +181,7 @@ def parse_fire(item: list[Any]) -> Fire:
                 or not isinstance(outcome, str) or outcome not in MISS_OUTCOMES
                 or not isinstance(reason, str)):
             return Refused(["miss", job, first], item)
-        return MissFire(job, first, last, count, outcome, reason)
+        return MissFire(job, first, last, count, RunState(outcome), reason)
     if kind == "run" and len(item) == 5:
         _, _, sched, node, queued = item
         if (not isinstance(job, str) or not _is_int(sched)
@@ -180,7 +204,7 @@ def parse_drop(item: list[Any]) -> Drop | Refused:
     if (not isinstance(run_id, str) or not isinstance(outcome, str)
             or outcome not in DROP_OUTCOMES or not isinstance(reason, str)):
         return Refused(["drop", run_id], item)
-    return Drop(run_id, outcome, reason)
+    return Drop(run_id, RunState(outcome), reason)
 
 
 def parse_next(item: list[Any]) -> Next | Refused:
@@ -204,4 +228,4 @@ def parse_finish(item: list[Any]) -> FinishItem | BadClaim:
             or not (exit_code is None or _is_int(exit_code))
             or not isinstance(tail, str) or not isinstance(reason, str)):
         return BadClaim(run_id, fence, item)
-    return FinishItem(run_id, fence, outcome, exit_code, tail, reason)
+    return FinishItem(run_id, fence, RunState(outcome), exit_code, tail, reason)

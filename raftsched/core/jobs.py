@@ -36,6 +36,7 @@ from raftsched.core.errors import (
 from raftsched.core.model import (
     FIELDS_BEFORE_BOUNDS,
     FIELDS_BEFORE_DEPS,
+    FireAction,
     JobSpec,
     MissReason,
     Overlap,
@@ -250,10 +251,10 @@ def apply_trigger(st: StateData, cmd: Trigger) -> dict[str, Any]:
     if len(rec.active) >= MAX_ACTIVE_PER_JOB:
         raise LimitExceeded("max_active_runs", f"{rec.spec.id} has {len(rec.active)}")
     admitted = conc.admission(st, rec)
-    if admitted == conc.SKIP and not force:
+    if admitted == FireAction.skip and not force:
         raise Conflict("concurrency", f"key {rec.spec.concurrency.key} is at its max "  # type: ignore[union-attr]
                                       "(policy = skip; use --force to queue it)")
-    waits = admitted != conc.RUN
+    waits = admitted != FireAction.run
     run = runs.new_run(st, rec, sched, at, manual=True,
                          state=RunState.queued if waits else RunState.pending,
                          reason=CONC_WAIT if waits else "")

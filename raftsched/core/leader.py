@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from raftsched.core import members
 from raftsched.core.commands import Drop, Fire, MissFire, Next, Place, Plan, RunFire
 from raftsched.core.misses import classify, late_reason, overlap_decision
-from raftsched.core.model import MissReason, Overlap
+from raftsched.core.model import FireAction, MissReason, Overlap, RunState
 from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ def plan_input(st: StateData, horizon_ms: int, *, skip_jobs: Collection[str] = (
                           active=tuple((r, st.runs[r].state) for r in rec.active
                                        if r not in bf_runs)))
     return PlanInput(pending=tuple(pending), due=tuple(due),
-                     last_leader_ms=int(st.leader.get("prev_ms", 0)),
+                     last_leader_ms=st.leader.prev_ms,
                      member_tags=members.member_tags(st), keys=keys)
 
 
@@ -291,8 +291,8 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                                           leader_boot_ms=ctx.boot_ms,
                                           last_leader_ms=last_leader_ms)
             why = unfit(run.tags, live, inp.member_tags)
-            if outcome == "shed" and why is not None:
-                outcome, reason = "missed", why
+            if outcome is RunState.shed and why is not None:
+                outcome, reason = RunState.missed, why
             drop.append(Drop(run.run_id, outcome, reason))
             ended.add(run.run_id)
             continue
@@ -300,8 +300,8 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         if target is None:
             if late:
                 why = unfit(run.tags, live, inp.member_tags)
-                drop.append(Drop(run.run_id, "shed", MissReason.overload.value)
-                            if why is None else Drop(run.run_id, "missed", why))
+                drop.append(Drop(run.run_id, RunState.shed, MissReason.overload.value)
+                            if why is None else Drop(run.run_id, RunState.missed, why))
                 ended.add(run.run_id)
             continue
         target.load += 1
@@ -318,9 +318,9 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                                       leader_since_ms=ctx.since_ms,
                                       leader_boot_ms=ctx.boot_ms, last_leader_ms=last_leader_ms)
         why = unfit(spec.tags, live, inp.member_tags)
-        if outcome == "shed" and why is not None:
+        if outcome is RunState.shed and why is not None:
             # Not for want of capacity: no live node (or no member at all) has its tags.
-            outcome, reason = "missed", why
+            outcome, reason = RunState.missed, why
         overdue = rec.next_ms is not None and ctx.now_ms - rec.next_ms > spec.misfire.grace_ms
         if overdue and catch_ups >= MAX_CATCHUP_JOBS_PER_PLAN:
             continue  # a catch-up: the next plan takes it
@@ -337,7 +337,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         items: list[Fire] = []
         blocked = False
         for m in res.missed:
-            m_outcome = outcome if m.reason == reason else "missed"
+            m_outcome = outcome if m.reason == reason else RunState.missed
             items.append(MissFire(spec.id, m.first_ms, m.last_ms, m.count, m_outcome, m.reason))
             hwm = m.last_ms
         for fire in res.run:
@@ -346,7 +346,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 blocked = True
                 break
             decision = overlap_decision(spec.overlap, active)
-            if decision.action == "skip" and (fire > ctx.now_ms
+            if decision.action is FireAction.skip and (fire > ctx.now_ms
                                               or ctx.now_ms - ctx.since_ms < SETTLE_MS):
                 # Not yet its time, or a leader just elected: the previous run may be
                 # over already with its finish still in flight (typically held up by
@@ -354,15 +354,15 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 # when it lands, wakes the leader.
                 blocked = True
                 break
-            if decision.action == "skip":
-                items.append(MissFire(spec.id, fire, fire, 1, "skipped",
+            if decision.action is FireAction.skip:
+                items.append(MissFire(spec.id, fire, fire, 1, RunState.skipped,
                                       MissReason.overlap.value))
                 hwm = fire
                 continue
             for run_id in decision.cancel:
-                drop.append(Drop(run_id, "cancelled", "replaced"))
+                drop.append(Drop(run_id, RunState.cancelled, "replaced"))
             active = [a for a in active if a[0] not in decision.cancel]
-            queued = decision.action == "queue"
+            queued = decision.action is FireAction.queue
             key = spec.concurrency.key if spec.concurrency is not None else None
             if not queued and key is not None and _key_full(keys, key):
                 # Its key is at its max: the run is made now (the apply records it
@@ -378,7 +378,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 # No room now: keep the mark here and try again next tick; once it is
                 # past the grace the miss detector records it shed (overload).
                 if why is not None and ctx.now_ms - fire > spec.misfire.grace_ms:
-                    items.append(MissFire(spec.id, fire, fire, 1, "missed", why))
+                    items.append(MissFire(spec.id, fire, fire, 1, RunState.missed, why))
                     hwm = fire
                     continue
                 blocked = True
@@ -416,7 +416,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             why = unfit(run.tags, live, inp.member_tags)
             if why is not None and why.startswith(MissReason.unplaceable.value):
                 # No member could ever run it: recorded so, not waited for forever.
-                drop.append(Drop(run.run_id, "missed", why))
+                drop.append(Drop(run.run_id, RunState.missed, why))
             continue
         target.load += 1
         rotor += 1

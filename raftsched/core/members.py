@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raftsched.core import claims
 from raftsched.core.effects import MemberRemoved, MembersChanged
 from raftsched.core.errors import Conflict, InvalidArgument
+from raftsched.core.items import ReleaseScope
 from raftsched.core.model import MissReason
 from raftsched.core.records import ACTIVE, REMOVED, MemberRecord
 
@@ -103,7 +104,7 @@ def apply_member(st: StateData, cmd: Member) -> dict[str, Any]:
     node = st.nodes.get(node_id)
     if node is not None:
         node.alive, node.draining = False, True
-    claims.release_node(st, node_id, at, "all", "removed from the cluster")
+    claims.release_node(st, node_id, at, ReleaseScope.all, "removed from the cluster")
     st.effects.append(MembersChanged())
     st.effects.append(MemberRemoved(node_id))
     return {"ok": True, "node": node_id, "status": REMOVED, "raft": rec.raft, "api": rec.api}

@@ -22,7 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftsched.core.model import MisfirePolicy, MisfireSpec, MissReason, Overlap
+from raftsched.core.model import (
+    FireAction,
+    MisfirePolicy,
+    MisfireSpec,
+    MissReason,
+    Overlap,
+    RunState,
+)
 from raftsched.core.trigger import Schedule, count_fires, fire_times, latest_fire_at_or_before
 
 #: Most fire times one job may put into one plan (on-time ones; a catch-up is
@@ -144,25 +151,26 @@ class OverlapDecision:
     :var cancel: active run ids to cancel first (``overlap = replace``).
     """
 
-    action: str
+    action: FireAction
     cancel: tuple[str, ...] = ()
 
 
 def overlap_decision(overlap: Overlap, active: list[tuple[str, str]]) -> OverlapDecision:
     """``active`` lists ``(run_id, state)`` of the job's active runs."""
     if not active or overlap is Overlap.allow:
-        return OverlapDecision(action="run")
+        return OverlapDecision(action=FireAction.run)
     if overlap is Overlap.skip:
-        return OverlapDecision(action="skip")
+        return OverlapDecision(action=FireAction.skip)
     if overlap is Overlap.queue:
-        if any(state == "queued" for _, state in active):
-            return OverlapDecision(action="skip")
-        return OverlapDecision(action="queue")
-    return OverlapDecision(action="run", cancel=tuple(r for r, s in active if s != "queued"))
+        if any(state == RunState.queued for _, state in active):
+            return OverlapDecision(action=FireAction.skip)
+        return OverlapDecision(action=FireAction.queue)
+    return OverlapDecision(action=FireAction.run,
+                           cancel=tuple(r for r, s in active if s != RunState.queued))
 
 
 def late_reason(*, fire_ms: int, leader_since_ms: int, leader_boot_ms: int,
-                last_leader_ms: int) -> tuple[str, str]:
+                last_leader_ms: int) -> tuple[RunState, str]:
     """``(outcome, reason)`` for a late fire time, from what the leader knows.
 
     If this leader was already leading when it fell due, it could not be placed in
@@ -170,7 +178,7 @@ def late_reason(*, fire_ms: int, leader_since_ms: int, leader_boot_ms: int,
     this node was itself down then and no leader was active after it, else
     ``no_leader``."""
     if fire_ms >= leader_since_ms:
-        return "shed", MissReason.overload.value
+        return RunState.shed, MissReason.overload.value
     if fire_ms < leader_boot_ms and fire_ms > last_leader_ms:
-        return "missed", MissReason.cluster_down.value
-    return "missed", MissReason.no_leader.value
+        return RunState.missed, MissReason.cluster_down.value
+    return RunState.missed, MissReason.no_leader.value

@@ -124,6 +124,17 @@ class RunState(enum.StrEnum):
     """Stopped or dropped on purpose (job removed, replaced, cancelled)."""
 
 
+class FireAction(enum.StrEnum):
+    """What a new run does now, by its job's overlap policy and concurrency key."""
+
+    run = "run"
+    """Runs: nothing in its way."""
+    queue = "queue"
+    """Waits for an active run (``overlap = queue``) or its key's place to end."""
+    skip = "skip"
+    """Does not run: recorded skipped."""
+
+
 ACTIVE_STATES = frozenset({RunState.pending, RunState.queued, RunState.assigned, RunState.started})
 
 

@@ -23,6 +23,7 @@ from raftsched.core.effects import (
     TransferAsked,
 )
 from raftsched.core.errors import Conflict, InvalidArgument
+from raftsched.core.items import ReleaseScope
 from raftsched.core.records import DEAD_KEPT, NodeRecord
 
 #: The reason every run released by a death certificate records (a contract).
@@ -51,7 +52,7 @@ def apply_heartbeat(st: StateData, cmd: Heartbeat) -> dict[str, Any]:
     else:
         if boot != rec.boot_ms:
             # The node restarted: whatever it had started died with its old process.
-            claims.release_node(st, node_id, at, "started", "restarted",
+            claims.release_node(st, node_id, at, ReleaseScope.started, "restarted",
                                 seen_ms=rec.last_hb_ms)
         if not rec.alive:
             st.effects.append(NodeBack(node_id))
@@ -86,10 +87,10 @@ def apply_certify(st: StateData, cmd: Certify) -> dict[str, Any]:
         # Proved by the node's next incarnation, which lives and heartbeats next: its
         # assigned runs are its to start, and the node is not lost (a leader planning in
         # between would record runs it could place as missed for want of a node).
-        released = claims.release_node(st, cmd.node, cmd.at, "started", CERTIFIED,
+        released = claims.release_node(st, cmd.node, cmd.at, ReleaseScope.started, CERTIFIED,
                                        text=CERTIFIED)
     else:
-        released = claims.release_node(st, cmd.node, cmd.at, "all", CERTIFIED,
+        released = claims.release_node(st, cmd.node, cmd.at, ReleaseScope.all, CERTIFIED,
                                        text=CERTIFIED)
         if rec.alive:
             rec.alive = False
@@ -102,20 +103,18 @@ def apply_certify(st: StateData, cmd: Certify) -> dict[str, Any]:
 def apply_leader(st: StateData, cmd: LeaderRecord) -> dict[str, Any]:
     node_id, term, skew, at = cmd.node, cmd.term, cmd.skew, cmd.at
     lead = st.leader
-    if term < lead["term"]:
-        raise Conflict("leader", f"term {term} is older than {lead['term']}")
-    if term == lead["term"] and lead["node"] not in (None, node_id):
+    if term < lead.term:
+        raise Conflict("leader", f"term {term} is older than {lead.term}")
+    if term == lead.term and lead.node not in (None, node_id):
         # One leader per term: a second record for it can only come from a node
         # that was not that term's leader.
-        raise Conflict("leader", f"term {term} is led by {lead['node']}")
-    if lead["node"] != node_id or lead["term"] != term:
-        lead["changes"] += 1
-        lead["since_ms"] = at
-        # The last time the previous leadership did anything: fire times after it
-        # fell due with no leader (the miss detector's reason).
-        lead["prev_ms"] = lead["last_ms"]
+        raise Conflict("leader", f"term {term} is led by {lead.node}")
+    if lead.node != node_id or lead.term != term:
+        lead.changes += 1
+        lead.since_ms = at
+        lead.prev_ms = lead.last_ms
         st.effects.append(LeaderChanged(node_id, term))
-    lead["node"], lead["term"] = node_id, term
+    lead.node, lead.term = node_id, term
     for nid, value in skew.items():
         rec = st.nodes.get(nid)
         if rec is not None and isinstance(value, int) and not isinstance(value, bool):
@@ -150,6 +149,6 @@ def apply_transfer(st: StateData, cmd: Transfer) -> dict[str, Any]:
         raise InvalidArgument("to", "must be the id of a node of the cluster, or null")
     if to is not None and (st.nodes[to].draining or members.is_removed(st, to)):
         raise Conflict(to, "the node is draining: it would hand leadership away again")
-    st.effects.append(TransferAsked(to, st.leader["term"]))
-    return {"ok": True, "from": st.leader["node"], "to": to, "term": st.leader["term"]}
+    st.effects.append(TransferAsked(to, st.leader.term))
+    return {"ok": True, "from": st.leader.node, "to": to, "term": st.leader.term}
 

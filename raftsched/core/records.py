@@ -306,6 +306,49 @@ class MemberRecord:
         return dict(zip(self.__slots__, self.to_row(), strict=True))
 
 
+# ---------------------------------------------------------------- leadership
+
+class Leadership:
+    """The replicated record of who leads: written by each new leader's first command
+    (``leader``), read by every plan and release (which only that leader may propose)
+    and by the miss detector (when leadership last did anything)."""
+
+    __slots__ = ("node", "term", "since_ms", "changes", "last_ms", "prev_ms")
+
+    def __init__(self, *, node: str | None = None, term: int = 0, since_ms: int = 0,
+                 changes: int = 0, last_ms: int = 0, prev_ms: int = 0) -> None:
+        self.node = node
+        """The leader's node id; None before the first leader recorded itself."""
+        self.term = term
+        """Its Raft term."""
+        self.since_ms = since_ms
+        """When it recorded itself (its clock)."""
+        self.changes = changes
+        """Leadership changes recorded since the cluster began."""
+        self.last_ms = last_ms
+        """The ``at`` of its newest plan: the last time this leadership did anything."""
+        self.prev_ms = prev_ms
+        """The previous leadership's ``last_ms``: fire times after it fell due with no
+        leader (the miss detector's reason)."""
+
+    def to_row(self) -> dict[str, Any]:
+        """Its snapshot map (keys sorted: the bytes snapshots always had)."""
+        return {"changes": self.changes, "last_ms": self.last_ms, "node": self.node,
+                "prev_ms": self.prev_ms, "since_ms": self.since_ms, "term": self.term}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Leadership:
+        return cls(**{k: row[k] for k in cls.__slots__ if k in row})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Leadership) and self.to_row() == other.to_row()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return f"Leadership({self.to_row()})"
+
+
 # ---------------------------------------------------------------- backfills
 
 #: Fire times one backfill may hold (a longer range is several backfills).

@@ -202,7 +202,7 @@ class RunTable:
 
     def rebuild(self) -> None:
         """Recompute the indexes from ``runs`` (after a restore)."""
-        self.pending = {r: None for r, run in self.runs.items() if run.state == "pending"}
+        self.pending = {r: None for r, run in self.runs.items() if run.state == RunState.pending}
         self.by_node = {}
         self.holding, self.waiting, self._limits = {}, {}, {}
         for run in self.runs.values():

@@ -26,7 +26,14 @@ from typing import Any
 from raftsched.core.effects import Effect
 from raftsched.core.errors import UnknownJob
 from raftsched.core.notifydata import NotifyState
-from raftsched.core.records import BackfillRecord, JobRecord, MemberRecord, NodeRecord, RunRecord
+from raftsched.core.records import (
+    BackfillRecord,
+    JobRecord,
+    Leadership,
+    MemberRecord,
+    NodeRecord,
+    RunRecord,
+)
 from raftsched.core.runtable import RunTable
 
 #: Replies to client commands are kept this long (by count) so a retried request id
@@ -55,8 +62,7 @@ class StateData:
         #: seeds it from the config file.
         self.members: dict[str, MemberRecord] = {}
         self.applied = 0
-        self.leader: dict[str, Any] = {"node": None, "term": 0, "since_ms": 0, "changes": 0,
-                                       "last_ms": 0, "prev_ms": 0}
+        self.leader = Leadership()
         self.totals: dict[str, int] = {}
         self.dedupe: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.notify = NotifyState()

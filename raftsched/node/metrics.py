@@ -129,7 +129,7 @@ class _StateCollector:
                                              int]:
             skews = [(n, r.skew_ms) for n, r in st.nodes.items() if r.skew_ms is not None]
             return (dict(st.totals), skews, len(st.jobs), len(st.runs),
-                    st.leader.get("changes", 0))
+                    st.leader.changes)
 
         totals, skews, jobs, active, changes = raft.read(copy)
         for outcome, n in sorted(totals.items()):

@@ -75,7 +75,7 @@ def test_a_paused_leaders_release_is_refused_by_every_replica_however_it_is_prop
     # leader appends it in the new term. The new leader has not recorded its
     # leadership yet (a window of a few ms in a node), so the state still names the
     # old one: only the log entry's term tells that the proposer no longer leads.
-    assert c.nodes[leader].read(lambda st: st.leader["term"]) == old_term
+    assert c.nodes[leader].read(lambda st: st.leader.term) == old_term
     late = c.commit(old, Release(node=healthy[0], scope="all", reason="silent for 4.5s",
                                  term=old_term, leader=old, at=T0 + 40))
     assert late["ok"] is False and late["error"]["code"] == "conflict", late

@@ -31,8 +31,8 @@ def from_leader(st: ClusterState, cmd: Any) -> Any:
     has them)."""
     if isinstance(cmd, dict) and cmd.get("op") in ("plan", "release"):
         cmd = dict(cmd)
-        cmd.setdefault("term", st.leader["term"])
-        cmd.setdefault("leader", st.leader["node"])
+        cmd.setdefault("term", st.leader.term)
+        cmd.setdefault("leader", st.leader.node)
     return cmd
 
 

@@ -26,7 +26,7 @@ def test_round_trip_and_header():
         (42, 3, "c1", "n1")
     assert list(st.jobs) == ["a"] and list(st.members) == ["n1"]
     seeded = seed_state(st)
-    assert seeded.members == {} and seeded.leader["term"] == 0 and list(seeded.jobs) == ["a"]
+    assert seeded.members == {} and seeded.leader.term == 0 and list(seeded.jobs) == ["a"]
 
 
 @pytest.mark.parametrize(("mangle", "message"), [

@@ -44,7 +44,7 @@ def test_a_certificate_releases_the_incarnations_runs_at_once() -> None:
     assert NodeLost("n1", CERTIFIED) in effects
     assert NodeCertified("n1", 1, "guard", 2) in effects
     # The dead incarnation's reports are refused; the node takes no new work.
-    assert finish(st, "n1", a, fence_a, T0 + 21 * S) == [[False, fence_a]]
+    assert finish(st, "n1", a, fence_a, T0 + 21 * S) == [(False, fence_a)]
     assert place(st, b, "n1", T0 + 22 * S)["rejected"] == [["place", b]]
     check_indexes(st)
 
@@ -66,7 +66,7 @@ def test_a_certificate_for_an_old_incarnation_releases_nothing_of_the_new_one() 
     place(st, a, "n1", T0 + 11 * S)
     fence = st.runs[a].fence
     assert ok(st, {"op": "start", "at": T0 + 12 * S, "node": "n1",
-                   "items": [[a, fence]]})["results"] == [[True, fence]]
+                   "items": [[a, fence]]})["results"] == [(True, fence)]
     # The old guard's certificate arrives late: boot 1 is no longer n1's incarnation.
     reply = err(st, {"op": "certify", "at": T0 + 13 * S, "node": "n1", "boot": 1},
                 "conflict")

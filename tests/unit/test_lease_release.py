@@ -134,7 +134,7 @@ def _prestarted(lost: str) -> tuple[Any, str]:
     put(st, "j", on_node_lost=lost)
     run_fire(st, "j", T0, node="n2", at=T0 - 250)
     run_id = f"j@{T0}"
-    assert start(st, "n2", run_id, st.runs[run_id].fence, T0) == [[True, st.runs[run_id].fence]]
+    assert start(st, "n2", run_id, st.runs[run_id].fence, T0) == [(True, st.runs[run_id].fence)]
     return st, run_id
 
 
@@ -151,7 +151,7 @@ def test_a_lease_release_hands_a_prestarted_run_on_under_retry() -> None:
     # The dead node's late reports are refused: the claim is no longer its.
     assert ok(st, {"op": "finish", "at": T0 + 3 * S, "node": "n2",
                    "items": [[run_id, fence, "succeeded", 0, "", ""]]})["results"] == \
-        [[False, fence]]
+        [(False, fence)]
 
 
 def test_a_lease_release_records_a_prestarted_run_lost_under_fail() -> None:
@@ -171,7 +171,7 @@ def test_a_lease_release_is_refused_after_a_newer_heartbeat() -> None:
     hb(st, "n2", at=T0 + 100)
     cmd = {"op": "release", "at": T0 + 2 * S, "node": "n2", "scope": "all",
            "reason": "disconnected, lease over", "hb": T0 - 300,
-           "term": st.leader["term"], "leader": st.leader["node"]}
+           "term": st.leader.term, "leader": st.leader.node}
     reply = err(st, cmd, "conflict")
     assert "heartbeat" in reply["error"]["message"]
     assert st.runs[run_id].state == "started" and st.nodes["n2"].alive

@@ -35,7 +35,7 @@ def caps(st: ClusterState) -> tuple[Capacity, ...]:
 
 
 def plan(st: ClusterState, now: int, *, since: int, boot: int) -> dict[str, Any] | None:
-    c = LeaderContext(node_id="n1", term=st.leader["term"], now_ms=now, lookahead_ms=0,
+    c = LeaderContext(node_id="n1", term=st.leader.term, now_ms=now, lookahead_ms=0,
                       since_ms=since, boot_ms=boot, live=caps(st))
     cmd = leader.plan(st, c)
     return None if cmd is None else cmd.to_wire()

@@ -106,7 +106,7 @@ def test_delete_cancels_active_runs() -> None:
     assert finish_hist == 0
     err(st, {"op": "delete_job", "at": T0, "job": "j"}, "unknown_job")
     # The node's late reports are refused.
-    assert finish(st, "n1", r1.run_id, r1.fence, T0 + 21 * S) == [[False, None]]
+    assert finish(st, "n1", r1.run_id, r1.fence, T0 + 21 * S) == [(False, None)]
 
 
 # --------------------------------------------------------------------- pause / resume
@@ -137,7 +137,7 @@ def test_pause_cancels_not_started_and_blocks_new_runs() -> None:
     assert st.runs[reply["run_id"]].manual
     # The started run still finishes normally.
     assert finish(st, "n1", started.run_id, started.fence, T0 + 32 * S) == [
-        [True, started.fence]]
+        (True, started.fence)]
 
 
 def test_resume_without_catch_up_records_paused_range() -> None:
@@ -452,7 +452,7 @@ def test_release_from_a_node_that_is_not_the_recorded_leader_is_refused() -> Non
 def test_one_leadership_record_per_term() -> None:
     st = base()
     err(st, {"op": "leader", "at": T0, "node": "n2", "term": 1}, "conflict")
-    assert st.leader["node"] == "n1" and st.leader["changes"] == 1
+    assert st.leader.node == "n1" and st.leader.changes == 1
     ok(st, {"op": "leader", "at": T0 + 1, "node": "n1", "term": 1})  # a re-commit is fine
     ok(st, {"op": "leader", "at": T0 + 2, "node": "n2", "term": 2})
 
@@ -524,14 +524,14 @@ def test_start_needs_current_fence_node_and_state() -> None:
     results = ok(st, {"op": "start", "at": T0 + 1, "node": "n1",
                       "items": [[run.run_id, fence + 1], [run.run_id, fence - 1],
                                 ["j@1", fence], [5, fence]]})["results"]
-    assert results == [[False, fence], [False, fence], [False, None], [False, None]]
-    assert start(st, "n2", run.run_id, fence, T0 + 1) == [[False, fence]]   # wrong node
+    assert results == [(False, fence), (False, fence), (False, None), (False, None)]
+    assert start(st, "n2", run.run_id, fence, T0 + 1) == [(False, fence)]   # wrong node
     st.applied -= 2
     assert encode_state(st) == snap
     st.applied += 2
-    assert start(st, "n1", run.run_id, fence, T0 + 2) == [[True, fence]]
+    assert start(st, "n1", run.run_id, fence, T0 + 2) == [(True, fence)]
     assert run.state == "started" and run.started_ms == T0 + 2
-    assert start(st, "n1", run.run_id, fence, T0 + 3) == [[False, fence]]   # not assigned
+    assert start(st, "n1", run.run_id, fence, T0 + 3) == [(False, fence)]   # not assigned
 
 
 def test_stale_start_after_release_and_replace_rejected() -> None:
@@ -548,13 +548,13 @@ def test_stale_start_after_release_and_replace_rejected() -> None:
     new = st.runs[run_id].fence
     assert new > old
     snap = encode_state(st)
-    assert start(st, "n1", run_id, old, T0 + 3) == [[False, new]]
-    assert start(st, "n2", run_id, old, T0 + 3) == [[False, new]]
-    assert finish(st, "n1", run_id, old, T0 + 3) == [[False, new]]
+    assert start(st, "n1", run_id, old, T0 + 3) == [(False, new)]
+    assert start(st, "n2", run_id, old, T0 + 3) == [(False, new)]
+    assert finish(st, "n1", run_id, old, T0 + 3) == [(False, new)]
     st.applied -= 3
     assert encode_state(st) == snap
     st.applied += 3
-    assert start(st, "n2", run_id, new, T0 + 4) == [[True, new]]
+    assert start(st, "n2", run_id, new, T0 + 4) == [(True, new)]
 
 
 def test_finish_with_retries() -> None:
@@ -569,7 +569,7 @@ def test_finish_with_retries() -> None:
         start(st, run.node, run_id, run.fence, T0 + 1)
         outcome = "failed" if attempt == 1 else "timed_out"
         assert finish(st, run.node, run_id, run.fence, T0 + 5 * S, outcome=outcome,
-                      code=3, tail="boom", reason="exit 3") == [[True, run.fence]]
+                      code=3, tail="boom", reason="exit 3") == [(True, run.fence)]
         run = st.runs[run_id]
         assert run.state == "pending" and run.attempt == attempt + 1
         assert run.node is None and run.not_before_ms == expected_nb[attempt - 1]
@@ -593,7 +593,7 @@ def test_finish_stale_or_malformed_rejected() -> None:
     run_fire(st, "j", T0)
     run = st.runs[f"j@{T0}"]
     # Assigned: only shed/cancelled/missed may be reported before a start.
-    assert finish(st, "n1", run.run_id, run.fence, T0 + 1) == [[False, run.fence]]
+    assert finish(st, "n1", run.run_id, run.fence, T0 + 1) == [(False, run.fence)]
     start(st, "n1", run.run_id, run.fence, T0 + 1)
     snap = encode_state(st)
     bad = [
@@ -610,15 +610,15 @@ def test_finish_stale_or_malformed_rejected() -> None:
     ]
     results = ok(st, {"op": "finish", "at": T0 + 2, "node": "n1", "items": bad})["results"]
     assert all(r[0] is False for r in results)
-    assert finish(st, "n2", run.run_id, run.fence, T0 + 2) == [[False, run.fence]]
+    assert finish(st, "n2", run.run_id, run.fence, T0 + 2) == [(False, run.fence)]
     st.applied -= 2
     assert encode_state(st) == snap
     st.applied += 2
     assert finish(st, "n1", run.run_id, run.fence, T0 + 3, tail="x" * 70_000) == [
-        [True, run.fence]]
+        (True, run.fence)]
     assert len(hist(st, "j")[-1].tail) == 65536
     # Reporting twice: the second is stale.
-    assert finish(st, "n1", run.run_id, run.fence, T0 + 4) == [[False, None]]
+    assert finish(st, "n1", run.run_id, run.fence, T0 + 4) == [(False, None)]
 
 
 def test_finish_shed_while_assigned() -> None:
@@ -627,7 +627,7 @@ def test_finish_shed_while_assigned() -> None:
     run_fire(st, "j", T0)
     run = st.runs[f"j@{T0}"]
     assert finish(st, "n1", run.run_id, run.fence, T0 + 1, outcome="shed", code=None,
-                  reason="queue full") == [[True, run.fence]]
+                  reason="queue full") == [(True, run.fence)]
     assert hist(st, "j")[-1].state == "shed"
     check_indexes(st)
 
@@ -660,7 +660,7 @@ def test_release_scope_all_retry() -> None:
     assert not st.nodes["n1"].alive and st.nodes["n1"].lost_ms == T0 + 20 * S
     assert NodeLost("n1", "silent") in st.take_effects()
     # The lost node's reports are stale now.
-    assert finish(st, "n1", a, fence_a, T0 + 21 * S) == [[False, fence_a]]
+    assert finish(st, "n1", a, fence_a, T0 + 21 * S) == [(False, fence_a)]
     # It cannot get new work until it heartbeats again.
     assert place(st, b, "n1", T0 + 22 * S)["rejected"] == [["place", b]]
     hb(st, "n1", at=T0 + 23 * S)
@@ -706,12 +706,12 @@ def test_leader_records_term_and_skew() -> None:
     st.take_effects()
     ok(st, {"op": "leader", "at": T0, "node": "n2", "term": 2,
             "skew": {"n1": -15, "ghost": 3, "n2": True}})
-    assert st.leader["node"] == "n2" and st.leader["term"] == 2
-    assert st.leader["since_ms"] == T0 and st.leader["changes"] == 2
+    assert st.leader.node == "n2" and st.leader.term == 2
+    assert st.leader.since_ms == T0 and st.leader.changes == 2
     assert st.nodes["n1"].skew_ms == -15 and st.nodes["n2"].skew_ms is None
     ok(st, {"op": "leader", "at": T0 + 5, "node": "n2", "term": 2})
-    assert st.leader["since_ms"] == T0  # same leader and term: not a change
-    assert st.leader["changes"] == 2
+    assert st.leader.since_ms == T0  # same leader and term: not a change
+    assert st.leader.changes == 2
 
 
 # --------------------------------------------------------------------- history / queue
@@ -986,7 +986,7 @@ def test_bad_item_after_good_one_keeps_the_good_one() -> None:
     fence = st.runs[RUN_ID].fence
     reply = st.apply({"op": "finish", "at": T0, "node": "n1", "items": [
         [RUN_ID, fence, ["failed"], 1, "", ""], [RUN_ID, fence, "succeeded", 0, "", ""]]})
-    assert reply == {"ok": True, "results": [[False, fence], [True, fence]]}
+    assert reply == {"ok": True, "results": [(False, fence), (True, fence)]}
     check_indexes(st)
 
 

@@ -197,7 +197,7 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(node=st.sampled_from(NODES), delta=st.sampled_from([-1, 0, 0, 1, 1]))
     def leader(self, node: str, delta: int) -> None:
-        lead = dict(self.st.leader)
+        lead = self.st.leader.to_row()
         term = max(lead["term"] + delta, 0)
         reply = self.apply({"op": "leader", "at": self.now, "node": node, "term": term})
         # One leader per term: a record for the current term by another node is refused.
@@ -216,9 +216,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             live.append(Capacity(node_id=node_id, tags=frozenset(rec.tags), slots=rec.slots,
                                  limit=rec.slots + rec.queue,
                                  load=len(s.by_node.get(node_id, ()))))
-        term = s.leader["term"] - (1 if older == 0 and s.leader["term"] > 0 else 0)
-        ctx = LeaderContext(node_id=s.leader["node"] or "n1", term=term, now_ms=self.now,
-                            lookahead_ms=lookahead, since_ms=s.leader["since_ms"],
+        term = s.leader.term - (1 if older == 0 and s.leader.term > 0 else 0)
+        ctx = LeaderContext(node_id=s.leader.node or "n1", term=term, now_ms=self.now,
+                            lookahead_ms=lookahead, since_ms=s.leader.since_ms,
                             boot_ms=T0, live=tuple(live))
         before = state_bytes(s)
         cmd = plan(s, ctx)
@@ -227,7 +227,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         reply = self.apply(cmd)
         # Only the recorded leader, in its own term, plans.
-        assert reply["ok"] == (term == s.leader["term"] and ctx.node_id == s.leader["node"])
+        assert reply["ok"] == (term == s.leader.term and ctx.node_id == s.leader.node)
         self.plans.append(cmd)
 
     @rule(data=st.data(), ms=st.integers(0, 3_000))
@@ -304,7 +304,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         run = self.st.runs[data.draw(st.sampled_from(self._in_state("assigned")))]
         reply = self.apply({"op": "start", "at": self.now, "node": run.node,
                             "items": [[run.run_id, run.fence]]})
-        assert reply["results"] == [[True, run.fence]]
+        assert reply["results"] == [(True, run.fence)]
 
     @precondition(lambda self: bool(self._in_state("started")))
     @rule(data=st.data(), outcome=st.sampled_from(["succeeded", "failed", "timed_out"]))
@@ -313,7 +313,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         run_id, fence, node = run.run_id, run.fence, run.node
         reply = self.apply({"op": "finish", "at": self.now, "node": node,
                             "items": [[run_id, fence, outcome, 0, "", ""]]})
-        assert reply["results"] == [[True, fence]]
+        assert reply["results"] == [(True, fence)]
         # A second report with the same fence is refused (the claim is gone).
         again = self.apply({"op": "finish", "at": self.now, "node": node,
                             "items": [[run_id, fence, outcome, 0, "", ""]]})
@@ -323,7 +323,7 @@ class SchedulerMachine(RuleBasedStateMachine):
           stale=st.sampled_from([False, False, False, True]))
     def release(self, node: str, scope: str, stale: bool) -> None:
         known = node in self.st.nodes
-        lead = self.st.leader
+        lead = self.st.leader.to_row()
         # stale: a deposed leader's release, proposed in an older term.
         term = lead["term"] - 1 if stale else lead["term"]
         reply = self.apply({"op": "release", "at": self.now, "node": node, "scope": scope,

@@ -36,6 +36,7 @@ from raftsched.core.commands import (
     Plan,
     Read,
     Release,
+    ReleaseScope,
     RunFire,
 )
 from raftsched.core.errors import NotReady, RaftschedError
@@ -465,18 +466,18 @@ class LeaderLoop:
                 lease_known=functools.partial(self._lease_known, node_id))
             if verdict == "silent":
                 self.lost.add(node_id)
-                releases.append(Release(node=node_id, scope="all",
+                releases.append(Release(node=node_id, scope=ReleaseScope.all,
                                         reason=f"silent for {mono - last:.1f}s",
                                         term=self.term, leader=self.node_id, at=0))
             elif verdict == "lease":
                 self.lost.add(node_id)
-                releases.append(Release(node=node_id, scope="all",
+                releases.append(Release(node=node_id, scope=ReleaseScope.all,
                                         reason=f"disconnected, lease over ({mono - last:.1f}s)",
                                         term=self.term, leader=self.node_id, at=0,
                                         hb=self.last_hb[node_id]))
             elif verdict == "assigned":
                 self.released_assigned.add(node_id)
-                releases.append(Release(node=node_id, scope="assigned",
+                releases.append(Release(node=node_id, scope=ReleaseScope.assigned,
                                         reason="disconnected", term=self.term,
                                         leader=self.node_id, at=0))
         for cmd in releases:

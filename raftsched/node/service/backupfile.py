@@ -22,6 +22,7 @@ from typing import Any
 from raftsched.core.codec import SNAPSHOT_VERSION, decode_state, format_problem, state_version
 from raftsched.core.errors import CorruptBackup, ProtocolError
 from raftsched.core.machine import ClusterState
+from raftsched.core.records import Leadership
 from raftsched.node.observe import gcwatch
 
 MAGIC = b"RAFTSCHED-BACKUP\n"
@@ -86,6 +87,5 @@ def seed_state(state: ClusterState) -> ClusterState:
     its own config file and starts its terms from 1). Jobs, runs, history, fence and
     request ids do."""
     state.members = {}
-    state.leader = {"node": None, "term": 0, "since_ms": 0, "changes": 0, "last_ms": 0,
-                    "prev_ms": state.leader.get("last_ms", 0)}
+    state.leader = Leadership(prev_ms=state.leader.last_ms)
     return state

@@ -65,7 +65,7 @@ class StatusView:
                 nodes.append(d)
             notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
                       "pending": len(st.notify.pending)}
-            return (nodes, dict(st.leader), len(st.jobs), len(st.runs), dict(st.totals),
+            return (nodes, st.leader.to_row(), len(st.jobs), len(st.runs), dict(st.totals),
                     st.applied, notify, st.next_due_ms())
 
         nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(copy)

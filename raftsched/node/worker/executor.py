@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raftsched.core.claims import MAX_TAIL
-from raftsched.core.model import ENV_MASK, JobSpec
+from raftsched.core.model import ENV_MASK, JobSpec, RunState
 from raftsched.node.worker import callpool, capture, httpjob
 from raftsched.node.worker.guard import Guard
 from raftsched.node.worker.output import ByteTail, Output
@@ -110,7 +110,7 @@ class Execution:
 
     def _timed_out(self) -> None:
         self.ctx.cancelled.set()
-        self._settle(ExecutionResult(outcome="timed_out", exit_code=None,
+        self._settle(ExecutionResult(outcome=RunState.timed_out, exit_code=None,
                                      tail=self.output.text(),
                                      reason=f"timeout {self.spec.timeout_ms // 1000}s"))
 
@@ -118,7 +118,7 @@ class Execution:
         if exc is not None:
             self._settle(_raised(exc, self.tail_bytes, self.output.text()))
             return
-        self._settle(ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
+        self._settle(ExecutionResult(outcome=RunState.succeeded, exit_code=None, reason="returned",
                                      tail=_with_value(self.output, value)))
 
     def _settle(self, result: ExecutionResult) -> None:
@@ -137,7 +137,7 @@ class Execution:
                 return await self._run_http()
             return await self._run_call()
         except Exception as exc:  # noqa: BLE001 - a job's failure must not hurt the node
-            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+            return ExecutionResult(outcome=RunState.failed, exit_code=None, tail="",
                                    reason=f"{type(exc).__name__}: {exc}"[:200])
 
     def stop(self, grace_s: float, reason: str = "stopped by the node") -> None:
@@ -150,7 +150,7 @@ class Execution:
             self._terminate(grace_s)
         elif self._calling:
             # A thread cannot be killed: the run ends lost now and its thread is abandoned.
-            self._settle(ExecutionResult(outcome="lost", exit_code=None,
+            self._settle(ExecutionResult(outcome=RunState.lost, exit_code=None,
                                          tail=self.output.text(), reason=reason))
         elif self.task is not None:
             self.task.cancel()
@@ -172,7 +172,7 @@ class Execution:
         masked = sorted(k for k, v in self.spec.env.items() if v == ENV_MASK)
         if masked:
             # Accepted before puts refused the mask (an older journal): never run with it.
-            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+            return ExecutionResult(outcome=RunState.failed, exit_code=None, tail="",
                                    reason=f"env.{masked[0]} holds the display mask "
                                           f"{ENV_MASK!r}; put the job with its real value")
         env = dict(self.base_env)
@@ -185,7 +185,7 @@ class Execution:
                                             fence=self.ctx.fence, run_id=self.ctx.run_id,
                                             output=output)
         except OSError as exc:
-            return ExecutionResult(outcome="failed", exit_code=None, tail="",
+            return ExecutionResult(outcome=RunState.failed, exit_code=None, tail="",
                                    reason=_cannot_execute(self.spec.command[0], exc, env))
         proc = self.proc
         if self.stopped:
@@ -215,17 +215,18 @@ class Execution:
         if proc.killed is not None and code == -signal.SIGKILL and not timed_out:
             # Killed by the guard while this node was frozen (before any self-fence that
             # followed once it ran again): the cluster may have moved the run.
-            return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+            return ExecutionResult(outcome=RunState.lost, exit_code=code, tail=text,
                                    reason=proc.killed)
         if timed_out:
-            return ExecutionResult(outcome="timed_out", exit_code=code, tail=text,
+            return ExecutionResult(outcome=RunState.timed_out, exit_code=code, tail=text,
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
         if self.stopped:
-            return ExecutionResult(outcome="lost", exit_code=code, tail=text,
+            return ExecutionResult(outcome=RunState.lost, exit_code=code, tail=text,
                                    reason=self.stop_reason)
         if code == 0:
-            return ExecutionResult(outcome="succeeded", exit_code=0, tail=text, reason="exit 0")
-        return ExecutionResult(outcome="failed", exit_code=code, tail=text,
+            return ExecutionResult(outcome=RunState.succeeded, exit_code=0, tail=text,
+                                   reason="exit 0")
+        return ExecutionResult(outcome=RunState.failed, exit_code=code, tail=text,
                                reason=f"exit {code}" if code is not None and code >= 0
                                else f"killed by signal {-(code or 0)}")
 
@@ -236,7 +237,7 @@ class Execution:
         http = self.spec.http
         assert http is not None
         if self.stopped:
-            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+            return ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                    reason=self.stop_reason)
         output = Output(ByteTail(self.tail_bytes), self.log, self.spec.env.values())
         timeout_ms = min(self.spec.timeout_ms, http.timeout_ms or self.spec.timeout_ms)
@@ -248,20 +249,21 @@ class Execution:
         except TimeoutError:
             self.task.cancel()
             output.finish()
-            return ExecutionResult(outcome="timed_out", exit_code=None, tail=output.text(),
+            return ExecutionResult(outcome=RunState.timed_out, exit_code=None, tail=output.text(),
                                    reason=f"timeout {timeout_ms / 1000:g}s")
         except asyncio.CancelledError:
             if not self.stopped:
                 raise
             output.finish()
-            return ExecutionResult(outcome="lost", exit_code=None, tail=output.text(),
+            return ExecutionResult(outcome=RunState.lost, exit_code=None, tail=output.text(),
                                    reason=self.stop_reason)
         except httpjob.RequestFailed as exc:
             output.finish()
-            return ExecutionResult(outcome="failed", exit_code=None, tail=output.text(),
+            return ExecutionResult(outcome=RunState.failed, exit_code=None, tail=output.text(),
                                    reason=exc.reason)
         output.finish()
-        return ExecutionResult(outcome="succeeded" if http.succeeded(status) else "failed",
+        ok = http.succeeded(status)
+        return ExecutionResult(outcome=RunState.succeeded if ok else RunState.failed,
                                exit_code=None, tail=output.text(), reason=reason)
 
     async def _run_call(self) -> ExecutionResult:
@@ -269,7 +271,7 @@ class Execution:
         call pool from :meth:`start`)."""
         func = resolve_callable(self.spec.call or "", self.allowed)
         if self.stopped:
-            return ExecutionResult(outcome="lost", exit_code=None, tail="",
+            return ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                    reason=self.stop_reason)
         self.task = asyncio.ensure_future(_contained(func, self.ctx, self.output))
         try:
@@ -277,16 +279,17 @@ class Execution:
         except TimeoutError:
             self.ctx.cancelled.set()
             self.task.cancel()
-            return ExecutionResult(outcome="timed_out", exit_code=None, tail=self.output.text(),
+            return ExecutionResult(outcome=RunState.timed_out, exit_code=None,
+                                   tail=self.output.text(),
                                    reason=f"timeout {self.spec.timeout_ms // 1000}s")
         except asyncio.CancelledError:
             if not self.stopped:
                 raise
-            return ExecutionResult(outcome="lost", exit_code=None, tail=self.output.text(),
+            return ExecutionResult(outcome=RunState.lost, exit_code=None, tail=self.output.text(),
                                    reason=self.stop_reason)
         except Exception as exc:  # noqa: BLE001 - the callable's failure is the run's
             return _raised(exc, self.tail_bytes, self.output.text())
-        return ExecutionResult(outcome="succeeded", exit_code=None, reason="returned",
+        return ExecutionResult(outcome=RunState.succeeded, exit_code=None, reason="returned",
                                tail=_with_value(self.output, value))
 
 
@@ -358,7 +361,7 @@ def _with_value(output: capture.Tail, value: Any) -> str:
 
 def _task_result(task: asyncio.Future[ExecutionResult], tail_bytes: int) -> ExecutionResult:
     if task.cancelled():
-        return ExecutionResult(outcome="lost", exit_code=None, tail="", reason="cancelled")
+        return ExecutionResult(outcome=RunState.lost, exit_code=None, tail="", reason="cancelled")
     try:
         return task.result()
     except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from an async job
@@ -370,7 +373,7 @@ def _raised(exc: BaseException, tail_bytes: int, output: str = "") -> ExecutionR
     tail when there is one."""
     if isinstance(exc, _Escaped):
         exc = exc.inner
-    return ExecutionResult(outcome="failed", exit_code=None,
+    return ExecutionResult(outcome=RunState.failed, exit_code=None,
                            tail=(output or f"{type(exc).__name__}: {exc}")[-tail_bytes:],
                            reason=f"raised {type(exc).__name__}")
 

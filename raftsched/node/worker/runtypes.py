@@ -11,6 +11,8 @@ import datetime as dt
 import threading
 from dataclasses import dataclass, field
 
+from raftsched.core.model import RunState
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunContext:
@@ -65,7 +67,7 @@ class ExecutionResult:
     :var reason: a short human reason (``exit 3``, ``timeout 30s``, an exception).
     """
 
-    outcome: str
+    outcome: RunState
     exit_code: int | None
     tail: str
     reason: str

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core.commands import Start, StartItem
+from raftsched.core.model import RunState
 from raftsched.core.trigger import jitter_ms
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import now_ms
@@ -321,13 +322,14 @@ class WorkerPool:
                 shed.append(loc)
         for loc in late:
             loc.phase = Phase.FINISHING
-            self.commits.finish(loc, ExecutionResult(outcome="missed", exit_code=None, tail="",
-                                              reason="late: past its grace on this node"))
+            self.commits.finish(loc, ExecutionResult(
+                outcome=RunState.missed, exit_code=None, tail="",
+                reason="late: past its grace on this node"))
         for loc in shed:
             loc.phase = Phase.FINISHING
             self.counters.shed += 1
-            self.commits.finish(loc, ExecutionResult(outcome="shed", exit_code=None, tail="",
-                                              reason="overload"))
+            self.commits.finish(loc, ExecutionResult(
+                outcome=RunState.shed, exit_code=None, tail="", reason="overload"))
         if ready:
             for loc in ready:
                 loc.phase = Phase.STARTING
@@ -421,7 +423,7 @@ class WorkerPool:
                 if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
                     loc.phase = Phase.FINISHING
                     self.commits.finish(loc, ExecutionResult(
-                        outcome="failed", exit_code=None, tail="",
+                        outcome=RunState.failed, exit_code=None, tail="",
                         reason=f"could not begin: {type(exc).__name__}"[:200]))
 
     def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
@@ -457,7 +459,7 @@ class WorkerPool:
         if now_ms() - loc.start_at_ms > loc.grace_ms:
             loc.phase = Phase.FINISHING
             self.commits.finish(loc, ExecutionResult(
-                outcome="lost", exit_code=None, tail="",
+                outcome=RunState.lost, exit_code=None, tail="",
                 reason="no lease: this node could not reach the cluster at its instant"))
             return
         self._begin(loc)
@@ -471,7 +473,7 @@ class WorkerPool:
             return  # cancelled by the cluster while waiting: it never ran
         if loc.execution.stopped:
             loc.phase = Phase.FINISHING
-            self.commits.finish(loc, ExecutionResult(outcome="lost", exit_code=None, tail="",
+            self.commits.finish(loc, ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
         if not known:
