@@ -48,10 +48,20 @@ def tier_of(path: Path) -> str:
     return TIERS.get(folder, "cluster")
 
 
+#: Tests that load both cores for a minute or more (a storm of thousands of runs, the
+#: nemesis's network namespaces): one xdist group, so no two of them run at once.
+HEAVY = {"test_nemesis.py", "test_overload.py"}
+#: The order tests are handed to the two xdist workers: the heavy group, then the most
+#: expensive tier first, so the long tests do not start last and leave one worker idle.
+ORDER = {"heavy": 0, "faults": 1, "cluster": 2, "inprocess": 3, "unit": 4}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier (before ``-m`` selects): ``integration`` on the
-    cluster and faults tiers, ``slow`` on faults."""
+    cluster and faults tiers, ``slow`` on faults; group the heavy ones, and order the
+    whole by cost (stable: a module's tests stay together and in order)."""
+    rank: dict[str, int] = {}
     for item in items:
         tier = tier_of(item.path)
         item.add_marker(tier)
@@ -59,6 +69,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("integration")
         if tier == "faults":
             item.add_marker("slow")
+        heavy = item.path.name in HEAVY
+        if heavy:
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+        rank[item.nodeid] = ORDER["heavy" if heavy else tier]
+    items.sort(key=lambda item: rank[item.nodeid])
 
 # Nodes without a configured secret leave pointers to their generated secret for the
 # local clients (raftsched.wire.secretfile); this run's go to a private temp dir, not
