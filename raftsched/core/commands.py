@@ -53,7 +53,7 @@ from raftsched.core.cmdbase import (
     str_field,
     term_field,
 )
-from raftsched.core.errors import InvalidArgument, ProtocolError
+from raftsched.core.errors import InvalidArgument, ProtocolError, RaftschedError
 from raftsched.core.items import (
     DROP_OUTCOMES,
     FINISH_OUTCOMES,
@@ -398,6 +398,42 @@ def from_wire(cmd: Any) -> Command:
     return command_class(cmd).from_wire(cmd)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Unreadable:
+    """A replicated entry that is not a command this code can read: the state machine
+    counts it applied and refuses it (so every replica answers it the same way)."""
+
+    error: dict[str, Any]
+    """The refusal, as a reply carries it (``{code, message}``)."""
+    rid: str | None = None
+    """Its request id, if it has a valid one (and a known op and a valid ``at``): a
+    repeat of a request already answered gets that answer, as any repeat does."""
+
+
+def read(cmd: Any) -> Command | Unreadable:
+    """What the state machine applies for a decoded map (a command passes through):
+    the typed command, or why it cannot be read. Never raises."""
+    if isinstance(cmd, Command):
+        return cmd
+    try:
+        return from_wire(cmd)
+    except RaftschedError as exc:
+        error = exc.to_wire()
+    except Exception as exc:  # noqa: BLE001 - a replica must answer whatever it holds
+        error = {"code": "internal", "message": f"{type(exc).__name__}: {exc}"[:300]}
+    return Unreadable(error=error, rid=_repeatable_rid(cmd))
+
+
+def _repeatable_rid(cmd: Any) -> str | None:
+    if not isinstance(cmd, dict) or not isinstance(cmd.get("op"), str) \
+            or cmd["op"] not in COMMANDS:
+        return None
+    at, rid = cmd.get("at"), cmd.get("rid")
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < MAX_AT_MS:
+        return None
+    return rid if isinstance(rid, str) and len(rid) <= 64 else None
+
+
 def decode(blob: bytes) -> Command:
     """The typed command in replicated bytes (:class:`ProtocolError` if not one this
     code applies; :class:`InvalidArgument` naming a bad field)."""
@@ -418,5 +454,5 @@ __all__ = [
     "Next", "NotifyDefault", "NotifyResults", "Pause", "Place", "Plan", "PutJob", "PutJobs",
     "Read", "Refused", "Release", "ReleaseScope", "Resume", "RunFire", "Start", "StartItem",
     "Transfer", "Trigger",
-    "command_class", "decode", "from_wire",
+    "Unreadable", "command_class", "decode", "from_wire", "read",
 ]

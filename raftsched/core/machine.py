@@ -8,10 +8,12 @@ command's handler, which lives with its subject (:mod:`~raftsched.core.jobs`,
 :mod:`~raftsched.core.members`, :mod:`~raftsched.core.notify`,
 :mod:`~raftsched.core.apply`, :mod:`~raftsched.core.backfill`).
 
-Pure and deterministic: :meth:`ClusterState.apply` takes one command (typed, or its
-decoded msgpack map) and returns a reply dict; it reads no clock, does no I/O and never
-raises — a command that cannot be applied is rejected and changes nothing. Times come
-inside the command (epoch ms stamped by the sender).
+Pure and deterministic: :meth:`ClusterState.apply` takes one typed command (or the
+:class:`~raftsched.core.commands.Unreadable` a replica read from an entry it cannot
+apply: :func:`~raftsched.core.commands.read` makes one or the other from a decoded map)
+and returns a reply dict; it reads no clock, does no I/O and never raises — a command
+that cannot be applied is rejected and changes nothing. Times come inside the command
+(epoch ms stamped by the sender).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from raftsched.core.commands import (
     MAX_PUT_BATCH,
     ApplyJobs,
     Command,
-    command_class,
+    Unreadable,
+    read,
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
 from raftsched.core.records import JobRecord, RunRecord
@@ -48,11 +51,11 @@ class ClusterState(StateData):
         deps.on_run_end(self, rec, run, at)
         backfill.on_run_end(self, rec, run, at)
 
-    def apply(self, cmd: Any, entry_term: int | None = None, *,
-              parsed: Command | RaftschedError | None = None) -> dict[str, Any]:
-        """Apply one command (a :class:`~raftsched.core.commands.Command` or its decoded
-        map); never raises. Returns ``{"ok": True, ...}`` or
-        ``{"ok": False, "error": {code, message}}``.
+    def apply(self, cmd: Command | Unreadable,
+              entry_term: int | None = None) -> dict[str, Any]:
+        """Apply one command; never raises. Returns ``{"ok": True, ...}`` or
+        ``{"ok": False, "error": {code, message}}``. An :class:`Unreadable` entry is
+        counted and refused (or, a repeat of an answered request, answered again).
 
         ``entry_term`` is the Raft term of the log entry holding the command (the same
         on every replica). A leader-only command is applied only if it was proposed in
@@ -60,36 +63,34 @@ class ClusterState(StateData):
         command a deposed leader proposed (and pysyncobj forwarded to the new leader,
         which appended it in its own term) is refused.
 
-        ``parsed`` is ``commands.from_wire(cmd)`` (or the error it raised) computed by a
-        caller outside the state lock: a plan of 20,000 items takes ~40 ms to read."""
+        The replica reads the command from its bytes (``read``) outside the state lock:
+        a plan of 20,000 items takes ~40 ms to read."""
         self.applied += 1
         try:
-            if isinstance(cmd, Command):
-                cmd, parsed = dict(cmd.to_wire(), v=cmd.v), cmd
-            cls = command_class(cmd)
-            op, handler = cls.OP, _HANDLERS[cls.OP]
-            at = cmd.get("at")
+            if isinstance(cmd, Unreadable):
+                seen = self.dedupe.get(cmd.rid) if cmd.rid is not None else None
+                if seen is not None:
+                    self._prepared = None
+                    return dict(seen, duplicate=True)
+                return {"ok": False, "error": cmd.error}
+            op = cmd.OP
+            handler = _HANDLERS[op]
+            at = cmd.at
             if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at < MAX_AT_MS:
                 raise InvalidArgument("at", "must be epoch milliseconds before year 10000")
             if op in LEADER_ONLY:
                 _check_proposer(cmd, op, entry_term)
-            rid = cmd.get("rid")
+            rid = getattr(cmd, "rid", None)
             if rid is not None:
-                if not isinstance(rid, str) or len(rid) > 64:
-                    raise InvalidArgument("rid", "must be a short string")
                 seen = self.dedupe.get(rid)
                 if seen is not None:
                     self._prepared = None
                     return dict(seen, duplicate=True)
-            if parsed is None:
-                parsed = cls.from_wire(cmd)
-            elif isinstance(parsed, RaftschedError):
-                raise parsed
             try:
-                reply = handler(self, parsed)
+                reply = handler(self, cmd)
             except RaftschedError as exc:
                 reply = {"ok": False, "error": exc.to_wire()}
-                if rid is not None and parsed.v >= REFUSAL_REMEMBERED_VERSION:
+                if rid is not None and cmd.v >= REFUSAL_REMEMBERED_VERSION:
                     # A copy of this request still in flight (a node's retry, a forward
                     # over a slow link) may commit after the client heard this refusal
                     # and went on: it must get the same answer, not be applied against
@@ -106,7 +107,11 @@ class ClusterState(StateData):
             return {"ok": False, "error": {"code": "internal",
                                            "message": f"{type(exc).__name__}: {exc}"[:300]}}
 
-    def prepare(self, cmd: Command | RaftschedError | None) -> None:
+    def apply_map(self, cmd: Any, entry_term: int | None = None) -> dict[str, Any]:
+        """``apply(read(cmd))``: for tests and tools that hold a decoded map."""
+        return self.apply(read(cmd), entry_term)
+
+    def prepare(self, cmd: Command | Unreadable) -> None:
         """Do the pure part of ``cmd``'s apply now, before the state lock is taken: the
         replica calls this on the thread that then applies ``cmd``. Only applies change
         the jobs, and that thread alone applies, so the jobs read here are the ones the
@@ -148,13 +153,13 @@ class ClusterState(StateData):
 LEADER_ONLY = frozenset({"leader", "plan", "release", "notify_default"})
 
 
-def _check_proposer(cmd: dict[str, Any], op: str, entry_term: int | None) -> None:
+def _check_proposer(cmd: Command, op: str, entry_term: int | None) -> None:
     """A leader-only command must come from the leader of the log entry's term.
 
     Commands written before version 2 (``v`` 1) predate the check and keep their
     meaning when a journal is replayed."""
-    term = cmd.get("term")
-    if cmd.get("v") == 1 and term is None:
+    term = getattr(cmd, "term", None)
+    if cmd.v == 1 and term is None:
         return
     if isinstance(term, bool) or not isinstance(term, int) or term < 0:
         raise InvalidArgument("term", "a leader-only command must carry its proposer's term")

@@ -57,7 +57,7 @@ def test_the_apply_of_a_decoded_bulk_put_reads_no_spec_and_finds_no_fire_time(
     for module in (jobs, specprep, trigger):
         if hasattr(module, "next_fire"):
             monkeypatch.setattr(module, "next_fire", forbidden)
-    reply = st.apply(wire, 1, parsed=parsed)
+    reply = st.apply(parsed, 1)
     assert reply["ok"] and len(reply["results"]) == 1000, reply
     assert st.jobs["j0001"].next_ms is not None
     assert st.jobs["j0001"].spec.schedule is st.jobs["j0004"].spec.schedule  # shared
@@ -81,7 +81,7 @@ def test_the_apply_of_a_prepared_job_file_diffs_and_reads_nothing_under_the_lock
     for module in (jobs, specprep, trigger):
         if hasattr(module, "next_fire"):
             monkeypatch.setattr(module, "next_fire", forbidden)
-    reply = st.apply(wire, 1, parsed=parsed)
+    reply = st.apply(parsed, 1)
     assert reply["ok"] and len(reply["results"]) == 1000, reply
     assert st.jobs["j0700"].next_ms == T0 + 60 * S  # the first whole minute after `at`
     assert st.jobs["j0001"].spec.timeout_ms == 600_000
@@ -95,7 +95,7 @@ def test_a_job_file_refused_while_prepared_is_not_worked_out_again_under_the_loc
     parsed = from_wire(wire)
     st.prepare(parsed)
     monkeypatch.setattr("raftsched.core.apply.plan_apply", lambda *a, **k: 1 / 0)
-    reply = st.apply(wire, 1, parsed=parsed)
+    reply = st.apply(parsed, 1)
     assert reply["error"]["code"] == "invalid_spec"
     assert reply["error"]["message"].startswith("specs[999].timeout: "), reply
 
@@ -107,7 +107,7 @@ def test_work_prepared_for_one_command_is_not_used_for_another() -> None:
     ok(st, {"op": "put_job", "at": T0, "spec": dict(_template(1), timeout="5m")})
     # `first` was prepared before that put: its apply must see the put (an update of
     # version 1, not a create), as it would without preparation.
-    reply = st.apply(first.to_wire() | {"v": first.v}, 1, parsed=first)
+    reply = st.apply(first, 1)
     assert reply["results"] == [["update", "j0001", 2]], reply
 
 
@@ -152,8 +152,8 @@ def test_a_put_prepared_outside_the_lock_leaves_the_same_state_and_reply(
     parsed = from_wire(wire)
     assert parsed.checked  # type: ignore[union-attr]
     outside.prepare(parsed)  # as the replica does, before it takes the lock
-    r1 = outside.apply(wire, 1, parsed=parsed)
-    r2 = inside.apply(wire, 1, parsed=replace(parsed, checked=()))  # type: ignore[type-var]
+    r1 = outside.apply(parsed, 1)
+    r2 = inside.apply(replace(parsed, checked=()), 1)  # type: ignore[type-var]
     assert r1 == r2
     assert state_bytes(outside) == state_bytes(inside)
     assert outside.take_effects() == inside.take_effects()

@@ -317,7 +317,7 @@ def test_dedupe_by_rid_returns_first_reply() -> None:
     st = base()
     first = ok(st, {"op": "put_job", "at": T0, "spec": spec("j"), "rid": "r-1"})
     snap = encode_state(st)
-    second = st.apply({"op": "put_job", "at": T0 + 1, "spec": spec("j", command=["x"]),
+    second = st.apply_map({"op": "put_job", "at": T0 + 1, "spec": spec("j", command=["x"]),
                        "rid": "r-1"})
     assert second == dict(first, duplicate=True)
     assert st.jobs["j"].version == 1 and st.jobs["j"].spec.command == ("true",)
@@ -338,12 +338,12 @@ def test_a_refused_command_is_remembered_so_a_late_copy_changes_nothing() -> Non
     st = base()
     first = err(st, {"op": "delete_job", "at": T0, "job": "j", "rid": "d"}, "unknown_job")
     put(st, "j")
-    late = st.apply({"op": "delete_job", "at": T0 + 1, "job": "j", "rid": "d"})
+    late = st.apply_map({"op": "delete_job", "at": T0 + 1, "job": "j", "rid": "d"})
     assert late == dict(first, duplicate=True)
     assert "j" in st.jobs
     err(st, {"op": "trigger", "at": T0, "job": "nope", "rid": "r"}, "unknown_job")
     put(st, "nope")
-    assert st.apply({"op": "trigger", "at": T0, "job": "nope", "rid": "r"})["duplicate"]
+    assert st.apply_map({"op": "trigger", "at": T0, "job": "nope", "rid": "r"})["duplicate"]
     assert len(st.runs) == 0
 
 
@@ -425,13 +425,13 @@ def test_leader_only_commands_need_the_log_entrys_term() -> None:
         {"op": "leader", "at": T0, "node": "n1", "term": 1},
     ]
     for cmd in stale:
-        reply = st.apply(dict(cmd), 2)
+        reply = st.apply_map(dict(cmd), 2)
         assert reply["error"]["code"] == "conflict", (cmd, reply)
         assert "no longer leads" in reply["error"]["message"]
     st.applied -= len(stale)
     assert encode_state(st) == snap
     # The same commands in the term they were proposed in are the leader's own.
-    assert st.apply(dict(stale[0]), 1)["ok"]
+    assert st.apply_map(dict(stale[0]), 1)["ok"]
     assert st.runs[f"a@{T0 + 2 * S}"].state == "pending"
 
 
@@ -462,7 +462,7 @@ def test_version_1_release_without_a_term_keeps_its_meaning() -> None:
     st = base()
     put(st, "a")
     run_fire(st, "a", T0 + 2 * S, node="n2")
-    assert st.apply({"op": "release", "at": T0, "node": "n2", "scope": "all", "v": 1}, 5)["ok"]
+    assert st.apply_map({"op": "release", "at": T0, "node": "n2", "scope": "all", "v": 1}, 5)["ok"]
     assert st.runs[f"a@{T0 + 2 * S}"].state == "pending"
 
 
@@ -958,7 +958,7 @@ def test_garbage_batch_items_rejected_one_by_one(cmd: dict[str, Any]) -> None:
     assert st.runs[RUN_ID].fence == 1 and st.runs[RUN_ID].state == "started"
     before = encode_state(st)
     applied = st.applied
-    reply = st.apply(cmd)
+    reply = st.apply_map(cmd)
     assert reply["ok"] is True, reply
     rows = reply.get("rejected", reply.get("results"))
     if "results" in reply:
@@ -976,7 +976,7 @@ def test_bad_item_after_good_one_keeps_the_good_one() -> None:
     not abort the batch half-way (regression: TypeError -> internal error with the
     earlier items already applied)."""
     st = garbage_state()
-    reply = st.apply({"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": [
+    reply = st.apply_map({"op": "plan", "at": T0, "term": 2, "leader": "n1", "fires": [
         ["run", "b", T0 + 30 * S, None, False],
         ["miss", "b", T0 + 40 * S, T0 + 40 * S, 1, ["x"], "r"]],
         "drop": [[f"b@{T0}", ["shed"], "r"]]})
@@ -984,7 +984,7 @@ def test_bad_item_after_good_one_keeps_the_good_one() -> None:
     assert reply["rejected"] == [["miss", "b", T0 + 40 * S], ["drop", f"b@{T0}"]]
     assert st.jobs["b"].hwm_ms == T0 + 30 * S
     fence = st.runs[RUN_ID].fence
-    reply = st.apply({"op": "finish", "at": T0, "node": "n1", "items": [
+    reply = st.apply_map({"op": "finish", "at": T0, "node": "n1", "items": [
         [RUN_ID, fence, ["failed"], 1, "", ""], [RUN_ID, fence, "succeeded", 0, "", ""]]})
     assert reply == {"ok": True, "results": [(False, fence), (True, fence)]}
     check_indexes(st)
@@ -1004,7 +1004,7 @@ def test_apply_never_raises_on_odd_values() -> None:
             for value in odd:
                 cmd = {"op": op, "at": T0 + 50 * S, "job": "b", "node": "n1", "term": 2,
                        "items": [], key: value}
-                reply = st.apply(cmd)
+                reply = st.apply_map(cmd)
                 assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
                 assert reply.get("error", {}).get("code") != "internal", (cmd, reply)
     check_indexes(st)
@@ -1028,3 +1028,30 @@ def test_plan_built_from_an_older_job_version_is_refused_for_that_job() -> None:
     assert ["run", "j", T0] in reply["rejected"] and ["next", "j"] in reply["rejected"]
     assert f"j@{T0}" not in st.runs and f"k@{T0}" in st.runs
     check_indexes(st)
+
+
+def test_an_unreadable_entry_is_counted_refused_and_a_repeat_is_answered_as_before():
+    """``apply`` takes typed commands only; a map is read first (``commands.read``): one
+    that cannot be read is counted, refused with the field named, and changes nothing,
+    unless it repeats a request id already answered, which gets that answer."""
+    from raftsched.core.commands import Unreadable, read
+
+    st = ClusterState()
+    put = {"op": "put_job", "at": T0, "rid": "r1",
+           "spec": {"id": "j", "schedule": {"every": "1m"}, "command": ["true"]}}
+    first = st.apply(read(put))
+    assert first["ok"]
+    applied = st.applied
+    before = encode_state(st)
+    bad = read({"op": "pause", "at": T0 + 1, "rid": "r2", "job": 7})
+    assert isinstance(bad, Unreadable) and bad.rid == "r2"
+    assert st.apply(bad) == {"ok": False, "error": bad.error}
+    assert bad.error["code"] == "invalid_argument" and "job" in bad.error["message"]
+    again = read({"op": "pause", "at": T0 + 2, "rid": "r1", "job": 7})
+    assert isinstance(again, Unreadable)
+    assert st.apply(again) == dict(first, duplicate=True)
+    assert st.applied == applied + 2
+    st.applied = applied
+    assert encode_state(st) == before  # nothing else changed
+    assert read({"op": "nope", "at": T0, "rid": "r1"}).rid is None  # type: ignore[union-attr]
+    assert read({"op": "pause", "at": -1, "rid": "r1"}).rid is None  # type: ignore[union-attr]

@@ -24,9 +24,8 @@ from raftsched.core.codec import (
     format_problem,
     unknown_command_version,
 )
-from raftsched.core.commands import Command, from_wire
+from raftsched.core.commands import Command, Unreadable, read
 from raftsched.core.effects import Effect, Restored
-from raftsched.core.errors import RaftschedError
 from raftsched.core.machine import ClusterState
 from raftsched.node.observe import gcwatch
 from raftsched.node.replica.timedlock import TimedLock
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
 
 # The Raft adapter's logger: one component, whichever of its modules writes the line.
 log = logging.getLogger("raftsched.raft")
+#: What an entry that is not msgpack applies as (counted, refused the same everywhere).
+_UNDECODABLE = Unreadable(error={"code": "protocol_error", "message": "undecodable command"})
 T = TypeVar("T")
 
 
@@ -95,26 +96,16 @@ class Replica:
                          f"{format_problem('command', version, COMMAND_VERSIONS)}; "
                          f"the node stops instead of skipping it")
             return {"ok": False, "error": {"code": "not_ready", "message": self.fatal}}
-        parsed: Command | RaftschedError | None = None
-        if cmd is not None:
-            try:  # outside the lock: reading a big plan's items takes milliseconds
-                parsed = from_wire(cmd)
-            except RaftschedError as exc:
-                parsed = exc
-            except Exception:  # noqa: BLE001 - apply reads it again and answers for it
-                parsed = None
+        # Outside the lock: reading a big plan's items takes milliseconds.
+        parsed = _UNDECODABLE if cmd is None else read(cmd)
         if isinstance(parsed, Command):
             # Also outside the lock: this thread alone changes the state (see prepare).
             self._state.prepare(parsed)
         entry_term = self.sync.applying_term()
         with self._lock:
-            if cmd is None:
-                self._state.applied += 1
-                reply: Any = {"ok": False, "error": {"code": "protocol_error",
-                                                     "message": "undecodable command"}}
-            else:
+            if cmd is not None:
                 self._lock.what = partial(_describe, cmd)  # formatted only if slow
-                reply = self._state.apply(cmd, entry_term, parsed=parsed)
+            reply = self._state.apply(parsed, entry_term)
             #: The log position (index, term) the state is at (read under the lock).
             self.applied_pos = (int(self.sync.raftLastApplied) + 1, int(entry_term or 0))
             effects = self._state.take_effects()
