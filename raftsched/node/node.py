@@ -20,7 +20,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import lease
+from raftsched.core import lease, queries
 from raftsched.core.cmdbase import FEATURES
 from raftsched.core.effects import (
     ClaimsReleased,
@@ -433,8 +433,7 @@ class Node:
         a membership change or a secret rotation)."""
         if self.guard is None:
             return
-        members = self.raft.read(lambda st: [m.api for m in st.members.values()
-                                             if m.status == "active"])
+        members = self.raft.read(queries.active_member_apis)
         self.guard.hello(node=self.node_id, boot=self.boot_ms, api=self.me.api,
                          members=members or [n.api for n in self.cfg.nodes],
                          secrets=list(self.secrets.current), cluster_id=self.cluster_id,

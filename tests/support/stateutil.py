@@ -49,7 +49,7 @@ def ok(st: ClusterState, cmd: Any) -> dict[str, Any]:
     """Apply ``cmd`` (a plan or release from the current leader unless it says
     otherwise), which must be accepted."""
     cmd = from_leader(st, cmd)
-    reply = st.apply(cmd)
+    reply = st.apply_map(cmd)
     assert reply["ok"], (cmd, reply)
     return reply
 
@@ -64,7 +64,7 @@ def err(st: ClusterState, cmd: Any, code: str | None = None) -> dict[str, Any]:
     """Apply a command that must be rejected whole, and check it changed nothing."""
     before = encode_state(st)
     applied = st.applied
-    reply = st.apply(cmd)
+    reply = st.apply_map(cmd)
     assert reply["ok"] is False, (cmd, reply)
     assert set(reply["error"]) == {"code", "message"}
     if code is not None:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def apply(st: ClusterState, specs, **kw):
-    reply = st.apply({"op": "apply", "at": T0, "specs": specs, **kw})
+    reply = st.apply_map({"op": "apply", "at": T0, "specs": specs, **kw})
     assert reply["ok"], reply
     return reply
 

@@ -12,9 +12,9 @@ from raftsched.node.service.backupfile import decode_backup, encode_backup, read
 
 def backup() -> bytes:
     st = ClusterState()
-    st.apply({"op": "put_job", "at": 1, "spec": {"id": "a", "schedule": {"every": "1s"},
+    st.apply_map({"op": "put_job", "at": 1, "spec": {"id": "a", "schedule": {"every": "1s"},
                                                   "command": ["true"]}})
-    st.apply({"op": "member", "action": "seed", "at": 2,
+    st.apply_map({"op": "member", "action": "seed", "at": 2,
               "members": [{"node": "n1", "raft": "h:1", "api": "h:2"}]})
     return encode_backup(encode_state(st), cluster_id="c1", index=42, term=3, time_ms=5,
                          node="n1")

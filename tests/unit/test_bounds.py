@@ -208,7 +208,7 @@ def fresh(nodes: int = 3) -> ClusterState:
 
 
 def put(state: ClusterState, at: int, v: int = BOUNDS_VERSION, **spec: Any) -> dict[str, Any]:
-    return state.apply({"op": "put_job", "at": at, "v": v, "spec": dict(BASE, **spec)})
+    return state.apply_map({"op": "put_job", "at": at, "v": v, "spec": dict(BASE, **spec)})
 
 
 def ctx(state: ClusterState, node: str, term: int, now: int, since: int) -> LeaderContext:
@@ -268,7 +268,7 @@ def test_plans_across_failovers_run_each_fire_time_once_and_none_outside_the_bou
             cmd = leader.plan(state, ctx(state, node, term, now, since))
             if cmd is None:
                 break
-            state.apply(cmd)
+            state.apply_map(cmd)
         finish_all(state, now)
     seen = outcomes(state, "b")
     assert all(start <= t <= end for t in seen), sorted(seen)
@@ -308,7 +308,7 @@ def test_changing_only_the_bounds_of_a_past_at_does_not_run_it_again() -> None:
     state = fresh()
     at = T0 + 5 * S
     assert put(state, T0, schedule={"at": ts(at)})["ok"]
-    state.apply(leader.plan(state, ctx(state, "n1", 1, at, T0 - 60 * S)))
+    state.apply_map(leader.plan(state, ctx(state, "n1", 1, at, T0 - 60 * S)))
     finish_all(state, at + 1)
     assert state.job_view("b")["done"]
     # Long past its grace: a new `at` would be refused; the same one with an end is not.
@@ -357,10 +357,10 @@ def test_a_command_older_than_bounds_holding_them_is_refused_as_its_release_refu
     assert not reply["ok"] and reply["error"]["code"] == "invalid_spec"
     assert reply["error"]["message"].startswith("end: unknown field"), reply
     assert "b" not in state.jobs
-    reply = state.apply({"op": "put_jobs", "at": T0, "v": v, "atomic": True,
+    reply = state.apply_map({"op": "put_jobs", "at": T0, "v": v, "atomic": True,
                          "specs": [dict(BASE, start=ts(T0))]})
     assert not reply.get("ok") or not reply["results"][0]["ok"]
-    reply = state.apply({"op": "apply", "at": T0, "v": v,
+    reply = state.apply_map({"op": "apply", "at": T0, "v": v,
                          "specs": [dict(BASE, start=ts(T0))]})
     assert not reply["ok"] and "start: unknown field" in reply["error"]["message"]
     assert not state.jobs
@@ -373,7 +373,7 @@ def _fixture_state(tmp_path: Any) -> ClusterState:
     shutil.copy(os.path.join(fixture_dir("format-v2"), "journal", "raft.journal"), journal)
     state = ClusterState()
     for blob in journal_blobs(journal):
-        state.apply(decode_command(blob))
+        state.apply_map(decode_command(blob))
     return state
 
 

@@ -23,7 +23,7 @@ from tests.support.stateutil import (
 
 
 def certify(st, node: str, boot: int, at: int = T0 + 20 * S, by: str = "guard"):
-    return st.apply({"op": "certify", "at": at, "node": node, "boot": boot, "by": by})
+    return st.apply_map({"op": "certify", "at": at, "node": node, "boot": boot, "by": by})
 
 
 def test_a_certificate_releases_the_incarnations_runs_at_once() -> None:

@@ -182,7 +182,7 @@ def _log() -> list[dict[str, Any]]:
 def _replay(log: list[dict[str, Any]], **kw: Any) -> ClusterState:
     st = ClusterState(**kw)
     for cmd in log:
-        st.apply(decode_command(encode_command(cmd)))
+        st.apply_map(decode_command(encode_command(cmd)))
     return st
 
 
@@ -217,7 +217,7 @@ def test_restored_state_behaves_like_the_original() -> None:
         {"op": "resume", "at": T0 + 14, "job": "c", "missed": 0},
     ]
     for cmd in more:
-        assert st.apply(cmd) == back.apply(cmd)
+        assert st.apply_map(cmd) == back.apply_map(cmd)
     assert encode_state(st) == encode_state(back)
 
 
@@ -231,10 +231,10 @@ def test_insertion_order_does_not_matter() -> None:
     def build(order: list[str]) -> bytes:
         st = ClusterState()
         for n in order:
-            st.apply({"op": "heartbeat", "at": T0, "node": f"n-{n}", "boot": 1, "slots": 1,
+            st.apply_map({"op": "heartbeat", "at": T0, "node": f"n-{n}", "boot": 1, "slots": 1,
                       "queue": 0})
         for j in order:
-            st.apply({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
+            st.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
         return encode_state(st)
 
     assert build(["a", "b", "c"]) == build(["c", "a", "b"]) == build(["b", "c", "a"])
@@ -243,9 +243,9 @@ def test_insertion_order_does_not_matter() -> None:
 def test_restore_then_encode_is_identical_for_reordered_states() -> None:
     st1, st2 = ClusterState(), ClusterState()
     for j in ("x", "y"):
-        st1.apply({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
+        st1.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
     for j in ("y", "x"):
-        st2.apply({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
+        st2.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=j)})
     b1, b2 = encode_state(st1), encode_state(st2)
     assert b1 == b2
     assert encode_state(decode_state(b1)) == b1
@@ -286,7 +286,7 @@ def _put_twins() -> ClusterState:
     st = ClusterState()
     specs = [JobSpec.from_spec(dict(SPECS[1], id=i)).to_spec() for i in ("b", "b2")]
     cmd = {"op": "put_jobs", "at": T0, "rid": "bulk", "specs": specs}
-    assert st.apply(decode_command(encode_command(cmd)))["ok"]
+    assert st.apply_map(decode_command(encode_command(cmd)))["ok"]
     return st
 
 
@@ -306,10 +306,10 @@ def test_equal_parts_of_jobs_are_one_object(restored: bool) -> None:
 
 def test_active_runs_go_back_to_the_shared_empty_tuple() -> None:
     st = ClusterState()
-    st.apply({"op": "put_job", "at": T0, "spec": SPECS[0]})
-    run_id = st.apply({"op": "trigger", "at": T0 + 1, "job": "a"})["run_id"]
+    st.apply_map({"op": "put_job", "at": T0, "spec": SPECS[0]})
+    run_id = st.apply_map({"op": "trigger", "at": T0 + 1, "job": "a"})["run_id"]
     assert st.jobs["a"].active == [run_id]
-    st.apply({"op": "pause", "at": T0 + 2, "job": "a"})  # cancels the pending run
+    st.apply_map({"op": "pause", "at": T0 + 2, "job": "a"})  # cancels the pending run
     assert st.jobs["a"].active == () and run_id not in st.runs
     assert decode_state(encode_state(st)).jobs["a"].active == ()
 

@@ -42,7 +42,7 @@ def spec(job: str, **over: Any) -> dict[str, Any]:
 
 
 def put(st: ClusterState, job: str, at: int = T0 - 5 * S, **over: Any) -> dict[str, Any]:
-    return st.apply({"op": "put_job", "at": at, "v": V5, "spec": spec(job, **over)})
+    return st.apply_map({"op": "put_job", "at": at, "v": V5, "spec": spec(job, **over)})
 
 
 def fire(st: ClusterState, job: str, sched: int, node: str | None = "n1") -> None:
@@ -158,7 +158,7 @@ def test_graph_refusals_name_the_field() -> None:
     put(st, "b", after=["a"])
     r = put(st, "a", after=["b"])  # a -> b -> a
     assert r["error"]["message"].startswith("after: would make a cycle: a -> b -> a")
-    r = st.apply({"op": "delete_job", "at": T0, "job": "a"})
+    r = st.apply_map({"op": "delete_job", "at": T0, "job": "a"})
     assert r["error"]["code"] == "conflict" and r["error"]["message"].startswith("after:")
     with pytest.raises(Exception, match="^after: .*not both"):
         JobSpec.from_spec({"id": "y", "after": ["a"], "schedule": {"every": "1s"},
@@ -181,7 +181,7 @@ def test_atomic_batch_may_name_a_parent_put_later_in_it() -> None:
     ok(st, {"op": "put_jobs", "at": T0, "v": V5, "atomic": True,
             "specs": [spec("k", after=["p"]), spec("p")]})
     assert st.dependents == {"p": {"k"}}
-    r = st.apply({"op": "put_jobs", "at": T0, "v": V5, "atomic": True,
+    r = st.apply_map({"op": "put_jobs", "at": T0, "v": V5, "atomic": True,
                   "specs": [spec("q", after=["r"]), spec("r", after=["q"])]})
     assert r["error"]["message"].startswith("specs[")
 
@@ -190,9 +190,9 @@ def test_old_command_versions_refuse_the_new_fields_as_unknown() -> None:
     st = base()
     put(st, "a")
     for v in (4, 2):
-        r = st.apply({"op": "put_job", "at": T0, "v": v, "spec": spec("k", after=["a"])})
+        r = st.apply_map({"op": "put_job", "at": T0, "v": v, "spec": spec("k", after=["a"])})
         assert r["error"]["message"].startswith("after: unknown field"), r
-        r = st.apply({"op": "put_job", "at": T0, "v": v,
+        r = st.apply_map({"op": "put_job", "at": T0, "v": v,
                       "spec": spec("k", concurrency={"key": "w", "max": 1})})
         assert r["error"]["message"].startswith("concurrency: unknown field"), r
     # A proposer writes version 5 exactly when a spec carries them.
@@ -260,7 +260,7 @@ def backfill(st: ClusterState, job: str, fires: list[int], at: int, **over: Any
              ) -> dict[str, Any]:
     cmd = Backfill(job=job, version=st.jobs[job].version, from_ms=fires[0], to_ms=fires[-1],
                    fires=tuple(fires), at=at, **over)
-    return st.apply(cmd)
+    return st.apply_map(cmd)
 
 
 def test_backfill_runs_each_fire_time_once_throttled() -> None:
@@ -309,7 +309,7 @@ def test_backfill_cancel_and_refusals() -> None:
     r = backfill(st, "k", [T0], T0 + 700 * S)
     assert r["error"]["message"].startswith("after:")
     cmd = Backfill(job="j", version=7, from_ms=T0, to_ms=T0, fires=(T0,), at=T0 + 700 * S)
-    assert st.apply(cmd)["error"]["code"] == "conflict"  # not the job's version
+    assert st.apply_map(cmd)["error"]["code"] == "conflict"  # not the job's version
 
 
 def test_backfill_never_blocks_on_time_overlap_and_queue_waits() -> None:
@@ -361,13 +361,13 @@ def test_restored_snapshot_goes_on_like_the_original(seed: int) -> None:
             cmd = _drive(st, rng, T0 + (i + 1) * S)
             if cmd is None:
                 continue
-        st.apply(cmd)
+        st.apply_map(cmd)
         # The key's limit holds after every apply, whatever the commands asked.
         assert st.table.on_node("k") <= 2
         assert sum(r.state in ("assigned", "started") for r in st.runs.values()
                    if r.job_id in "abc") <= 2
         if replica is not None:
-            replica.apply(cmd)
+            replica.apply_map(cmd)
     assert replica is not None
     assert state_bytes(replica) == state_bytes(st)
 

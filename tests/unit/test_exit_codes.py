@@ -71,11 +71,11 @@ def test_a_node_reports_its_pid_in_its_heartbeat_and_old_rows_still_load() -> No
     st = ClusterState()
     hb = {"op": "heartbeat", "at": 1000, "node": "n1", "boot": 1, "slots": 2, "queue": 8,
           "tags": [], "api": "127.0.0.1:7101"}
-    assert st.apply(dict(hb, pid=4242))["ok"]
+    assert st.apply_map(dict(hb, pid=4242))["ok"]
     assert st.nodes["n1"].to_dict()["pid"] == 4242
     assert decode_state(encode_state(st)).nodes["n1"].pid == 4242
-    assert st.apply(dict(hb, at=2000))["ok"]  # a node older than the field
+    assert st.apply_map(dict(hb, at=2000))["ok"]  # a node older than the field
     assert st.nodes["n1"].pid is None
-    assert not st.apply(dict(hb, at=3000, pid="x"))["ok"]
+    assert not st.apply_map(dict(hb, at=3000, pid="x"))["ok"]
     old_row = st.nodes["n1"].to_row()[:10]  # a snapshot row written before pid existed
     assert NodeRecord.from_row(old_row).pid is None

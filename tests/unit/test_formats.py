@@ -42,7 +42,7 @@ def test_old_journal_replays_to_the_old_snapshot_and_the_api_view(name, tmp_path
     for blob in blobs:
         cmd = decode_command(blob)
         assert cmd is not None, blob[:60]
-        replayed.apply(cmd)
+        replayed.apply_map(cmd)
     with open(os.path.join(fixture_dir(name), "snapshot.msgpack"), "rb") as f:
         old = decode_state(f.read())
     assert views(replayed) == views(old)

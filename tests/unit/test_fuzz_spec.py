@@ -219,7 +219,7 @@ def _base_state() -> tuple[bytes, dict[str, Any]]:
     s = ClusterState(history_limit=5)
 
     def ok(cmd: dict[str, Any]) -> dict[str, Any]:
-        reply = s.apply(cmd)
+        reply = s.apply_map(cmd)
         assert reply["ok"], (cmd, reply)
         return reply
 
@@ -299,7 +299,7 @@ def _loggable(cmd: Any) -> bool:
 def _check_apply(cmd: Any) -> dict[str, Any]:
     s = decode_state(_BASE)
     before = state_bytes(s)
-    reply = s.apply(cmd)
+    reply = s.apply_map(cmd)
     assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool), reply
     if not reply["ok"]:
         err = reply.get("error")

@@ -62,7 +62,7 @@ class Replica:
     def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
         self.submitted.append(cmd)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        fut.set_result(self.st.apply(cmd, self.term))
+        fut.set_result(self.st.apply_map(cmd, self.term))
         self.st.take_effects()
         return fut
 

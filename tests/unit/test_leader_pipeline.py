@@ -84,7 +84,7 @@ class FakeRaft:
 
     def commit(self) -> None:
         cmd, fut, waiting = self.queue.pop(0)
-        reply = self.st.apply(cmd, 1)
+        reply = self.st.apply_map(cmd, 1)
         self.st.take_effects()
         for node, rec in self.st.nodes.items():
             self.over = max(self.over, len(self.st.by_node.get(node, ())) - rec.slots)

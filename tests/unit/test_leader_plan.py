@@ -288,7 +288,7 @@ def test_plan_applied_twice_adds_nothing() -> None:
     snap = encode_state(st)
     fence = st.fence
     runs = dict(st.runs)
-    reply = st.apply(cmd)
+    reply = st.apply_map(cmd)
     assert reply["ok"]
     total = len(cmd["fires"]) + len(cmd["place"]) + len(cmd["drop"])
     assert len([r for r in reply["rejected"] if r[0] != "next"]) == total
@@ -344,7 +344,7 @@ def test_stale_term_plan_refused() -> None:
     ok(st, {"op": "leader", "at": T0, "node": "n2", "term": 5})
     cmd = plan(st, ctx(st, T0, term=4))
     before = _strip(encode_state(st))
-    reply = st.apply(cmd)
+    reply = st.apply_map(cmd)
     assert not reply["ok"] and reply["error"]["code"] == "conflict"
     assert _strip(encode_state(st)) == before
 
@@ -523,7 +523,7 @@ def _at_job(st: ClusterState, job: str, at_ms: int, put_at: int, **spec: Any) ->
     body: dict[str, Any] = {"id": job, "schedule": {"at": format_timestamp(at_ms)},
                             "command": ["true"]}
     body.update(spec)
-    return st.apply({"op": "put_job", "at": put_at, "spec": body, "v": 3})
+    return st.apply_map({"op": "put_job", "at": put_at, "spec": body, "v": 3})
 
 
 def test_an_at_inside_its_grace_in_the_past_runs_late_and_the_job_is_then_done() -> None:
@@ -556,7 +556,7 @@ def test_an_at_beyond_its_grace_is_refused_naming_the_field_and_changes_nothing(
     assert encode_state(st) == before
     # A longer grace admits it; an atomic file with one such job is refused whole.
     assert _at_job(st, "old", T0 - 120 * S, T0, misfire={"grace": "5m"})["ok"]
-    reply = st.apply({"op": "put_jobs", "at": T0, "v": 3, "atomic": True, "specs": [
+    reply = st.apply_map({"op": "put_jobs", "at": T0, "v": 3, "atomic": True, "specs": [
         {"id": "fine", "schedule": {"every": "1s"}, "command": ["true"]},
         {"id": "stale", "schedule": {"at": "2020-01-01T00:00:00Z"}, "command": ["true"]}]})
     assert reply["ok"] is False and reply["error"]["message"].startswith("specs[1].schedule.at")
@@ -565,7 +565,7 @@ def test_an_at_beyond_its_grace_is_refused_naming_the_field_and_changes_nothing(
 
 def test_version_2_puts_of_a_past_at_keep_their_meaning_on_replay() -> None:
     st = fresh(1)
-    assert st.apply({"op": "put_job", "at": T0, "v": 2, "spec": {
+    assert st.apply_map({"op": "put_job", "at": T0, "v": 2, "spec": {
         "id": "old", "schedule": {"at": "2020-01-01T00:00:00Z"}, "command": ["true"]}})["ok"]
     assert st.jobs["old"].next_ms is None
 
@@ -582,13 +582,13 @@ def test_retention_deletes_only_the_finished_version_the_leader_saw() -> None:
     assert _at_job(st, "once", T0 - 20 * S, T0)["ok"]
     # Not done yet (its fire time is still to run): refused, nothing changes.
     before = encode_state(st)
-    reply = st.apply({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})
+    reply = st.apply_map({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})
     assert reply["ok"] is False and reply["error"]["code"] == "conflict"
     st.applied -= 1
     assert encode_state(st) == before
     # Put again in the future: a new version, so the old version's delete is refused.
     assert _at_job(st, "once", T0 + 60 * S, T0)["ok"]
-    assert st.apply({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})["ok"] is False
+    assert st.apply_map({"op": "delete_job", "at": T0, "job": "once", "if_done": 1})["ok"] is False
     assert "once" in st.jobs
 
 

@@ -11,13 +11,13 @@ SEED = [{"node": f"n{i}", "raft": f"127.0.0.1:700{i}", "api": f"127.0.0.1:710{i}
 
 
 def member(st, action, node, raft="127.0.0.1:7004", api="127.0.0.1:7104", at=10):
-    return st.apply({"op": "member", "action": action, "node": node, "raft": raft, "api": api,
+    return st.apply_map({"op": "member", "action": action, "node": node, "raft": raft, "api": api,
                      "at": at})
 
 
 def seeded() -> ClusterState:
     st = ClusterState()
-    assert st.apply({"op": "member", "action": "seed", "members": SEED, "at": 1})["seeded"]
+    assert st.apply_map({"op": "member", "action": "seed", "members": SEED, "at": 1})["seeded"]
     return st
 
 
@@ -25,7 +25,7 @@ def test_seed_applies_once_and_add_needs_it():
     st = ClusterState()
     assert member(st, "add", "n4")["error"]["code"] == "conflict"
     st = seeded()
-    again = st.apply({"op": "member", "action": "seed", "members": SEED[:1], "at": 2})
+    again = st.apply_map({"op": "member", "action": "seed", "members": SEED[:1], "at": 2})
     assert again == {"ok": True, "seeded": False, "members": 3}
     assert sorted(st.members) == ["n1", "n2", "n3"]
 
@@ -37,7 +37,7 @@ def test_add_is_idempotent_and_refuses_taken_addresses():
     assert "already a member" in member(st, "add", "n4", api="x:1")["error"]["message"]
     assert "member n1's" in member(st, "add", "n5", raft="127.0.0.1:7001",
                                    api="127.0.0.1:7105")["error"]["message"]
-    bad = st.apply({"op": "member", "action": "add", "node": "../x", "raft": "a:1",
+    bad = st.apply_map({"op": "member", "action": "add", "node": "../x", "raft": "a:1",
                     "api": "b:1", "at": 1})
     assert bad["error"]["code"] == "invalid_argument" and "member.node" in \
         bad["error"]["message"]
@@ -47,16 +47,16 @@ def test_remove_releases_its_runs_refuses_its_heartbeats_and_never_reuses_the_id
     st = seeded()
     hb = {"op": "heartbeat", "node": "n3", "boot": 1, "slots": 2, "queue": 0, "tags": [],
           "api": "127.0.0.1:7103", "at": 5}
-    assert st.apply(hb)["ok"]
+    assert st.apply_map(hb)["ok"]
     assert member(st, "remove", "n3", raft="127.0.0.1:7003", api="127.0.0.1:7103")["ok"]
     assert st.nodes["n3"].alive is False and st.nodes["n3"].draining is True
-    refused = st.apply(dict(hb, at=6))
+    refused = st.apply_map(dict(hb, at=6))
     assert refused["error"]["code"] == "conflict" and "removed" in refused["error"]["message"]
     assert st.nodes["n3"].alive is False
     assert "ids are not reused" in member(st, "add", "n3", raft="h:1",
                                           api="h:2")["error"]["message"]
     assert "already removed" in member(st, "remove", "n3")["error"]["message"]
-    assert st.apply({"op": "transfer", "to": "n3", "at": 7})["error"]["code"] == "conflict"
+    assert st.apply_map({"op": "transfer", "to": "n3", "at": 7})["error"]["code"] == "conflict"
     member(st, "remove", "n2", raft="127.0.0.1:7002", api="127.0.0.1:7102")
     assert "last member" in member(st, "remove", "n1", raft="127.0.0.1:7001",
                                    api="127.0.0.1:7101")["error"]["message"]

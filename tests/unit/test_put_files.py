@@ -27,7 +27,7 @@ def _state() -> ClusterState:
 def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None:
     st = _state()
     before = state_bytes(st)
-    reply = st.apply({"op": "put_jobs", "at": T0 + S, "atomic": True, "rid": "file-1",
+    reply = st.apply_map({"op": "put_jobs", "at": T0 + S, "atomic": True, "rid": "file-1",
                       "specs": [_spec("m5"), _spec("m1", timeout="5m"),
                                 _spec("m6", schedule={"cron": "61 * * * *"})]})
     assert not reply["ok"]
@@ -41,7 +41,7 @@ def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None
     assert "m5" not in st.jobs and st.jobs["m1"].version == 1
     # The refusal is remembered under its request id (a late copy changes nothing); a
     # fixed file is a new request, with a new id.
-    again = st.apply({"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-1",
+    again = st.apply_map({"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-1",
                       "specs": [_spec("m5"), _spec("m1", timeout="5m")]})
     assert again == dict(reply, duplicate=True) and "m5" not in st.jobs
     reply = ok(st, {"op": "put_jobs", "at": T0 + 2 * S, "atomic": True, "rid": "file-2",
@@ -53,10 +53,10 @@ def test_atomic_put_with_one_invalid_spec_changes_nothing_and_names_it() -> None
 def test_atomic_put_refuses_an_id_twice_and_going_over_max_jobs() -> None:
     st = _state()
     before = state_bytes(st)
-    reply = st.apply({"op": "put_jobs", "at": T0, "atomic": True,
+    reply = st.apply_map({"op": "put_jobs", "at": T0, "atomic": True,
                       "specs": [_spec("a"), _spec("a")]})
     assert not reply["ok"] and reply["error"]["message"].startswith("specs[1].id"), reply
-    reply = st.apply({"op": "put_jobs", "at": T0, "atomic": True, "max_jobs": 2,
+    reply = st.apply_map({"op": "put_jobs", "at": T0, "atomic": True, "max_jobs": 2,
                       "specs": [_spec("a"), _spec("b"), _spec("m1")]})
     assert not reply["ok"] and reply["error"]["code"] == "limit_exceeded", reply
     assert state_bytes(st) == before
@@ -74,6 +74,6 @@ def test_non_atomic_bulk_put_still_refuses_only_the_bad_spec() -> None:
 def test_atomic_flag_must_be_a_boolean() -> None:
     st = _state()
     before = state_bytes(st)
-    reply = st.apply({"op": "put_jobs", "at": T0, "atomic": "yes", "specs": [_spec("x")]})
+    reply = st.apply_map({"op": "put_jobs", "at": T0, "atomic": "yes", "specs": [_spec("x")]})
     assert not reply["ok"] and reply["error"]["message"].startswith("atomic")
     assert state_bytes(st) == before

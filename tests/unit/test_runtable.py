@@ -72,15 +72,15 @@ def test_a_refused_finish_outcome_is_a_refused_item_not_an_error() -> None:
 
     st = base()
     put(st, "j")
-    st.apply({"op": "trigger", "at": 10, "job": "j"})
+    st.apply_map({"op": "trigger", "at": 10, "job": "j"})
     run_id = next(iter(st.runs))
-    st.apply({"op": "plan", "at": 10, "term": st.leader.term, "leader": st.leader.node,
+    st.apply_map({"op": "plan", "at": 10, "term": st.leader.term, "leader": st.leader.node,
               "place": [[run_id, "n1"]]})
     fence = st.runs[run_id].fence
-    assert st.apply({"op": "start", "at": 11, "node": "n1", "items": [[run_id, fence]]})[
+    assert st.apply_map({"op": "start", "at": 11, "node": "n1", "items": [[run_id, fence]]})[
         "results"] == [(True, fence)]
     before = encode_state(st)
-    reply = st.apply({"op": "finish", "at": 12, "node": "n1",
+    reply = st.apply_map({"op": "finish", "at": 12, "node": "n1",
                       "items": [[run_id, fence, "missed", None, "", ""]]})
     assert reply["ok"] and reply["results"] == [(False, fence)]
     st.applied -= 1

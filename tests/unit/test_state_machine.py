@@ -72,7 +72,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         before = state_bytes(st)
         history_ids = {j: {h.run_id for h in hist} for j, hist in st.history.items()}
         live_ids = set(st.runs)
-        reply = st.apply(cmd)
+        reply = st.apply_map(cmd)
         self.log.append(cmd)
         assert isinstance(reply, dict) and isinstance(reply.get("ok"), bool)
         if not reply["ok"]:
@@ -402,8 +402,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         fresh = ClusterState(history_limit=HISTORY_LIMIT)
         journal = ClusterState(history_limit=HISTORY_LIMIT)
         for cmd in self.log:
-            fresh.apply(cmd)
-            journal.apply(decode_command(encode_command(cmd)) if isinstance(cmd, (dict, Plan))
+            fresh.apply_map(cmd)
+            journal.apply_map(decode_command(encode_command(cmd)) if isinstance(cmd, (dict, Plan))
                           else cmd)
         assert encode_state(fresh) == encode_state(self.st)
         assert encode_state(journal) == encode_state(self.st)

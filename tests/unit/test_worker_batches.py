@@ -116,7 +116,7 @@ class ApplyingRaft(FakeRaft):
     def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
         self.sent.append(cmd)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        fut.set_result(self.st.apply(cmd))
+        fut.set_result(self.st.apply_map(cmd))
         self.st.take_effects()
         return fut
 

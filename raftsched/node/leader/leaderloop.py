@@ -23,9 +23,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from raftsched.core import lease, members
+from raftsched.core import lease, members, queries
 from raftsched.core.cmdbase import LEASE_FEATURE
 from raftsched.core.commands import (
     PAST_AT_VERSION,
@@ -184,7 +185,7 @@ class LeaderLoop:
         self.skew[node_id] = at_ms - self.clock.now_ms()
         if not self.active:
             return
-        if self.raft.read(lambda st: node_id in st.nodes and not st.nodes[node_id].alive):
+        if self.raft.read(partial(queries.node_dead, node_id)):
             self._wake.set()
 
     async def _sleep(self, seconds: float) -> None:
@@ -252,10 +253,7 @@ class LeaderLoop:
             return
         self._next_done_scan = mono + DONE_SCAN_S
         cutoff = self.clock.now_ms() - keep
-        old = self.raft.read(lambda st: [
-            (rec.spec.id, rec.version) for rec in st.jobs.values()
-            if rec.next_ms is None and not rec.active and not rec.spec.after
-            and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff])
+        old = self.raft.read(partial(queries.done_jobs, cutoff))
         for job, version in old[:DONE_BATCH]:
             reply = await self._commit(DeleteJob(job=job, if_done=version, at=self.clock.now_ms(),
                                                  v=PAST_AT_VERSION))
@@ -273,7 +271,7 @@ class LeaderLoop:
         self.active, self.term = True, term
         # Our record committed after whatever an earlier term of ours left in the log.
         self.book.forget()
-        seeded = self.raft.read(lambda st: bool(st.members))
+        seeded = self.raft.read(queries.seeded)
         if not seeded:
             # A new cluster (or one upgraded from a release without it): its membership
             # starts as the config file's (members compare their files at boot).
@@ -442,7 +440,7 @@ class LeaderLoop:
         timeout = timeout_ms / 1000
         lease_wait = lease.release_after_ms(timeout_ms) / 1000
         releases: list[Release] = []
-        alive = self.raft.read(lambda st: [n for n, rec in st.nodes.items() if rec.alive])
+        alive = self.raft.read(queries.alive_nodes)
         # (Each release is checked again when it applies: the view may be stale.)
         for node_id in alive:
             if node_id == self.node_id:

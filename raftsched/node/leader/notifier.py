@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from raftsched.core import notify, notifydata
+from raftsched.core import notify, notifydata, queries
 from raftsched.core.commands import Command, NotifyDefault, NotifyResults
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
@@ -143,7 +143,7 @@ class Notifier:
         if self.missing_feature("notify"):
             return  # an older member would refuse the command (a rolling upgrade)
         want = self.cfg.default
-        have = self.raft.read(lambda st: st.notify.default)
+        have = self.raft.read(queries.notify_default)
         if have != want:
             reply = await self._commit(NotifyDefault(
                 at=now_ms(), term=term, spec=want.to_spec() if want else None))

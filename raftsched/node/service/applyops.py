@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import queries
 from raftsched.core.apply import Change, plan_apply
 from raftsched.core.cmdbase import DEPS_FEATURE, any_bounds, any_deps
 from raftsched.core.codec import packb
@@ -132,12 +133,12 @@ class ApplyOps:
         await self.reads.wait()
         raft = self.raft
         named = {s.get("id") for s in specs if isinstance(s, dict)}
-        ids = raft.read(lambda st: list(st.jobs)) if prune else []
+        ids = raft.read(queries.job_ids) if prune else []
         current = raft.read(functools.partial(
-            _specs, [j for j in named if isinstance(j, str)]))
+            queries.spec_versions, [j for j in named if isinstance(j, str)]))
         if prune:
             gone = [j for j in ids if j not in named]
-            current.update(raft.read(functools.partial(_specs, gone[:1001])))
+            current.update(raft.read(functools.partial(queries.spec_versions, gone[:1001])))
         return plan_apply(specs, current, all_ids=ids, prune=prune,
                           allowed_call_prefixes=self.allowed())
 
@@ -146,8 +147,8 @@ class ApplyOps:
         after (env values masked; a changed one shows as ``*** (changed)``)."""
         specs, prune = self._args(args)
         changes = await self._changes(specs, prune)
-        before = {j: spec for j, (spec, _) in self.raft.read(functools.partial(
-            _specs, [ch.job for ch in changes if ch.action in ("update", "remove")])).items()}
+        before = self.raft.read(functools.partial(
+            queries.job_specs, [ch.job for ch in changes if ch.action in ("update", "remove")]))
         out = []
         for ch in changes:
             if ch.action == "unchanged":
@@ -172,7 +173,7 @@ class ApplyOps:
         changes = await self._changes(specs, prune)  # refuses bad specs before any commit
         new = sum(ch.action == "create" for ch in changes)
         gone = sum(ch.action == "remove" for ch in changes)
-        count = self.raft.read(lambda st: len(st.jobs))
+        count = self.raft.read(queries.job_count)
         max_jobs = self.limits.max_jobs
         if new and count + new - gone > max_jobs:
             raise LimitExceeded("max_jobs", f"the cluster holds {count} jobs")
@@ -182,12 +183,6 @@ class ApplyOps:
                         expect=expect, at=0)
         reply = await self.writes.submit(cmd, args.get("rid"))
         return {"results": reply["results"], "unchanged": reply["unchanged"]}
-
-
-def _specs(ids: list[str], st: ClusterState) -> dict[str, tuple[JobSpec, int]]:
-    """Job id -> (spec, version) for those of ``ids`` that exist (under the lock)."""
-    jobs = st.jobs
-    return {j: (jobs[j].spec, jobs[j].version) for j in ids if j in jobs}
 
 
 def _shown(spec: JobSpec | None, fields: tuple[str, ...]) -> dict[str, Any] | None:

@@ -9,9 +9,10 @@ since is refused), and commits one ``backfill`` command; the state machine does 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import backfill
+from raftsched.core import backfill, queries
 from raftsched.core.commands import Backfill, BackfillCancel
 from raftsched.core.durations import parse_timestamp
 from raftsched.core.errors import InvalidArgument, UnknownJob
@@ -70,8 +71,7 @@ class BackfillOps:
         if not isinstance(rerun, bool):
             raise InvalidArgument("rerun", "must be a boolean")
         await self.reads.wait()
-        found = self.raft.read(lambda st: (st.jobs[job_id].spec, st.jobs[job_id].version)
-                               if job_id in st.jobs else None)
+        found = self.raft.read(partial(queries.spec_version, job_id))
         if found is None:
             raise UnknownJob(job_id)
         spec, version = found

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import queries
 from raftsched.core.commands import Drain, Transfer
 from raftsched.core.errors import InvalidArgument, NotReady
 from raftsched.node.service import membercheck
@@ -92,8 +93,7 @@ class ClusterOps:
     async def members(self, args: dict[str, Any]) -> Any:
         """The members this node's config lists (peers compare it with theirs), and the
         ids the replicated membership says were removed (a removed node asks)."""
-        removed = sorted(self.raft.read(lambda st: [
-            m.node_id for m in st.members.values() if m.status != "active"]))
+        removed = self.raft.read(queries.removed_members)
         return {"members": membercheck.member_list(self.cfg), "removed": removed}
 
 

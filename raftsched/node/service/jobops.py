@@ -12,9 +12,10 @@ import asyncio
 import functools
 import hashlib
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import members
+from raftsched.core import members, queries
 from raftsched.core.codec import packb
 from raftsched.core.commands import (
     COMMAND_VERSION,
@@ -31,7 +32,7 @@ from raftsched.core.jobs import late_at
 from raftsched.core.machine import MAX_PUT_BATCH, ClusterState
 from raftsched.core.model import JobSpec
 from raftsched.core.records import RunRecord
-from raftsched.core.trigger import Schedule, count_fires
+from raftsched.core.trigger import count_fires
 from raftsched.node.leader import notifier
 from raftsched.node.observe.clock import now_ms
 from raftsched.node.replica.writes import check_rid
@@ -94,12 +95,6 @@ def tag_warnings(specs: list[tuple[str, tuple[str, ...]]],
 
 def _tags_of(specs: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
     return [(s["id"], tuple(s.get("tags") or ())) for s in specs]
-
-
-def _paused_mark(st: ClusterState, job_id: str) -> tuple[Schedule, int] | None:
-    """A paused job's schedule and high-water mark (what resume's count needs)."""
-    rec = st.jobs.get(job_id)
-    return None if rec is None or not rec.spec.paused else (rec.spec.schedule, rec.hwm_ms)
 
 
 #: Views built per hold of the state lock (a job's or a run's, a few µs each).
@@ -190,7 +185,7 @@ class JobOps:
             raise LimitExceeded("max_spec_bytes",
                                 f"spec is {size} bytes, limit {self.limits.max_spec_bytes}")
         job = JobSpec.from_spec(spec, allowed_call_prefixes=self.allowed())
-        exists, count = self.raft.read(lambda st: (job.id in st.jobs, len(st.jobs)))
+        exists, count = self.raft.read(partial(queries.job_count_and, job.id))
         if not exists and count >= self.limits.max_jobs:
             raise LimitExceeded("max_jobs", f"the cluster holds {count} jobs")
         reply = await self.writes.submit(PutJob(spec=job.to_spec(),
@@ -250,7 +245,7 @@ class JobOps:
     async def get_job(self, args: dict[str, Any]) -> Any:
         job_id = job_id_arg(args)
         stale = await self.caught_up(args)
-        view = self.raft.read(lambda st: st.job_view(job_id))
+        view = self.raft.read(partial(queries.job_view, job_id))
         return dict(view, stale=True) if stale else view
 
     async def list_jobs(self, args: dict[str, Any]) -> Any:
@@ -262,7 +257,7 @@ class JobOps:
         stale = await self.caught_up(args, cost=limit)
         # Sorting a million ids takes ~0.3 s: never while holding the lock the Raft
         # thread needs to apply (that would cost an election).
-        ids = self.raft.read(lambda st: list(st.jobs))
+        ids = self.raft.read(queries.job_ids)
         ids = sorted(j for j in ids if j.startswith(prefix))
         page = ids[:limit]
         out: list[dict[str, Any]] = []
@@ -289,7 +284,7 @@ class JobOps:
             raise InvalidArgument("catch_up", "must be a boolean")
         missed = 0
         # Copy out what the count needs; count outside the lock.
-        paused = self.raft.read(lambda st: _paused_mark(st, job_id))
+        paused = self.raft.read(partial(queries.paused_mark, job_id))
         if paused is not None:
             # The count is informational (the record says how many were skipped).
             missed = count_fires(paused[0], paused[1], now_ms())
@@ -318,7 +313,7 @@ class JobOps:
         stale = await self.caught_up(args, cost=limit)
         # Which runs, in one hold (references, no views yet); their views a chunk per
         # hold, so the work under the lock is bounded by size, not by the page asked for.
-        records = self.raft.read(lambda st: st.run_records(job_id, limit, before))
+        records = self.raft.read(partial(queries.run_records, job_id, limit, before))
         views: list[dict[str, Any]] = []
         for k in range(0, len(records), READ_CHUNK):
             views += self.raft.read(functools.partial(_run_views, records[k:k + READ_CHUNK]))
@@ -337,7 +332,7 @@ class JobOps:
         else:
             job_id = job_id_arg(args)
             await self.caught_up(args)
-            spec = self.raft.read(lambda st: st.jobs[job_id].spec if job_id in st.jobs else None)
+            spec = self.raft.read(partial(queries.job_spec, job_id))
             if spec is None:
                 raise UnknownJob(job_id)
         return dict(preview.next_fires(spec.schedule, now_ms(), count, parents=spec.after,
@@ -358,7 +353,7 @@ class JobOps:
                 raise InvalidSpec(f"specs[{i}].id", f"{job.id!r} appears twice")
             seen.add(job.id)
         await self.caught_up(args)
-        specs_now = self.raft.read(lambda st: {j: st.jobs[j].spec for j in seen if j in st.jobs})
+        specs_now = self.raft.read(partial(queries.job_specs, seen))
         now = now_ms()
         for i, job in enumerate(jobs):
             # The put's own check of a past `at`, against this node's clock and the

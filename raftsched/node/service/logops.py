@@ -22,8 +22,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import queries
 from raftsched.core.errors import (
     InvalidArgument,
     NodeUnavailable,
@@ -182,7 +184,7 @@ class LogOps:
                        args: dict[str, Any]) -> dict[str, Any]:
         node = chosen.node
         assert node is not None
-        api = self.raft.read(lambda st: st.nodes[node].api if node in st.nodes else None)
+        api = self.raft.read(partial(queries.node_api, node))
         where = f"the log of {head['run_id']} (attempt {chosen.attempt}) is on node {node}"
         if not api:
             raise NodeUnavailable(node, f"{where}, whose API address is not known")

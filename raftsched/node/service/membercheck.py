@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import queries
 from raftsched.core.errors import RaftschedError, Unauthenticated
-from raftsched.core.records import MemberRecord
 from raftsched.node.observe import events
 from raftsched.wire.client import Client
 
@@ -137,8 +137,7 @@ def _unexplained(raft: RaftNode, found: dict[str, Any]) -> dict[str, Any]:
     (``status`` names those), and a joining node's file lists itself already."""
     if not found or raft.joining():
         return {} if found and raft.joining() else found
-    recs = raft.read(lambda st: [MemberRecord.from_row(m.to_row())
-                                      for m in st.members.values()])
+    recs = raft.read(queries.members)
     if not recs or "only_here" not in found:
         return found
     seed_ms = min(m.since_ms for m in recs)

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import members as core_members
+from raftsched.core import queries
 from raftsched.core.commands import Drain, Member
 from raftsched.core.errors import (
     ConfigError,
@@ -65,7 +67,7 @@ def refresh_ids(raft: RaftNode, raft_to_id: AddressBook) -> None:
     """Raft address -> node id for every member the state knows (removed ones too, so
     they keep their names), over the config file's: updates ``raft_to_id`` in place
     (the node's one map, which the other parts hold)."""
-    extra = raft.read(lambda st: {m.raft: m.node_id for m in st.members.values()})
+    extra = raft.read(queries.member_ids_by_raft)
     raft_to_id.update(extra)
 
 
@@ -76,7 +78,7 @@ def member_copies(st: ClusterState) -> list[MemberRecord]:
 
 def member_count(raft: RaftNode, cfg: ClusterConfig) -> int:
     """Voting members: the replicated membership once seeded, else the config's."""
-    n = raft.read(lambda st: len(core_members.active(st)))
+    n = raft.read(queries.active_member_count)
     return n or len(cfg.nodes)
 
 
@@ -175,7 +177,7 @@ class MembershipOps:
             raise InvalidArgument("force", "must be a boolean")
         await self.reads.wait()
         raft = self.raft
-        seeded = raft.read(lambda st: bool(st.members))
+        seeded = raft.read(queries.seeded)
         if not seeded:
             raise NotReady("the membership is not seeded yet (the first leader does it); "
                            "try again in a moment")
@@ -224,14 +226,7 @@ class MembershipOps:
         await self.reads.wait()
         raft = self.raft
 
-        def copy(st: ClusterState) -> tuple[MemberRecord | None, int, bool, bool]:
-            m = st.members.get(node_id)
-            nrec = st.nodes.get(node_id)
-            return (None if m is None else MemberRecord.from_row(m.to_row()),
-                    len(core_members.active(st)), nrec is not None and nrec.alive,
-                    nrec is not None and nrec.draining)
-
-        rec, active, alive, draining = raft.read(copy)
+        rec, active, alive, draining = raft.read(partial(queries.member_state, node_id))
         if rec is None or (rec.status == core_members.REMOVED and rec.raft not in
                            raft.raft_members()):
             what = "was already removed" if rec is not None else "is not a member"
@@ -256,9 +251,7 @@ async def _runs_ended(raft: RaftNode, node_id: str, wait_s: float) -> None:
     """Wait until ``node_id`` (draining) holds no run, or is no longer alive."""
     deadline = time.monotonic() + wait_s
     while True:
-        held, alive = raft.read(lambda st: (
-            len(st.by_node.get(node_id, ())),
-            node_id in st.nodes and st.nodes[node_id].alive))
+        held, alive = raft.read(partial(queries.node_hold, node_id))
         if not held or not alive:
             return
         if time.monotonic() >= deadline:
@@ -282,7 +275,7 @@ async def _leadership_off(raft: RaftNode, raft_to_id: Mapping[str, str], node_id
 def view(raft: RaftNode, config: ClusterConfig) -> dict[str, Any]:
     """``status``'s membership: the replicated one, the config file's, pysyncobj's
     voting set, and one sentence per difference saying what to do."""
-    recs = raft.read(lambda st: [m.to_dict() for _, m in sorted(st.members.items())])
+    recs = raft.read(queries.member_rows)
     voting = sorted(raft.raft_members())
     cfg = {n.id: n for n in config.nodes}
     source = config.source

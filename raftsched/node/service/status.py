@@ -7,13 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import backfill, conc
+from raftsched.core import backfill, conc, queries
 from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.observe.clock import now_ms
 from raftsched.node.service import membership
 
 if TYPE_CHECKING:
-    from raftsched.core.machine import ClusterState
     from raftsched.node.config.config import ClusterConfig
     from raftsched.node.leader.admission import AdmissionStatistics
     from raftsched.node.replica.raft import RaftNode
@@ -49,28 +48,14 @@ class StatusView:
         connected = raft.connected_peers()
         now = now_ms()
 
-        def copy(st: ClusterState) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
-                                             dict[str, int], int, dict[str, Any],
-                                             int | None]:
-            nodes = []
-            for node_id, rec in sorted(st.nodes.items()):
-                addr = self.raft_to_id.raft_of(node_id)
-                conn = True if node_id == self.node_id else \
-                    addr is not None and bool(connected.get(addr, False))
-                d = rec.to_dict()
-                member = st.members.get(node_id)
-                d.update(connected=conn, inflight=len(st.by_node.get(node_id, ())),
-                         last_seen_ms=rec.last_hb_ms,
-                         removed=member is not None and member.status != "active")
-                nodes.append(d)
-            notify = {"default": st.notify.default.to_spec() if st.notify.default else None,
-                      "pending": len(st.notify.pending)}
-            return (nodes, st.leader.to_row(), len(st.jobs), len(st.runs), dict(st.totals),
-                    st.applied, notify, st.next_due_ms())
-
-        nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(copy)
+        nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(
+            queries.status_view)
+        for n in nodes:
+            addr = self.raft_to_id.raft_of(n["node_id"])
+            n["connected"] = True if n["node_id"] == self.node_id else \
+                addr is not None and bool(connected.get(addr, False))
         # Backfills (running and the last finished) and concurrency keys (bounded lists).
-        backfills, keys = raft.read(lambda st: (backfill.views(st), conc.key_view(st)))
+        backfills, keys = raft.read(backfill.views), raft.read(conc.key_view)
         commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
         leader_addr = raft.leader_addr()
         leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from raftsched.core import queries
 from raftsched.core.commands import Start, StartItem
 from raftsched.core.model import RunState
 from raftsched.core.trigger import jitter_ms
@@ -352,7 +353,7 @@ class WorkerPool:
         results = reply.get("results", []) if reply.get("ok") else [None] * len(batch)
         # Their specs in one hold of the state lock, not one per run.
         specs = self.raft.read(functools.partial(
-            _specs, {loc.job_id for loc in batch}))
+            queries.job_specs, {loc.job_id for loc in batch}))
         for loc, res in zip(batch, results, strict=False):
             accepted = bool(res and res[0])
             if not accepted:
@@ -508,12 +509,6 @@ class WorkerPool:
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = Phase.FINISHING
         self.commits.finish(loc, result)
-
-
-def _specs(job_ids: set[str], st: ClusterState) -> dict[str, JobSpec]:
-    """The specs of ``job_ids`` that still exist."""
-    jobs = st.jobs
-    return {j: jobs[j].spec for j in job_ids if j in jobs}
 
 
 def _all_held(group: list[LocalRun], node_id: str, st: ClusterState) -> frozenset[str]:
