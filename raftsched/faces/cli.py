@@ -87,7 +87,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_node(args: argparse.Namespace) -> int:
-    from raftsched.node.node import run_node
+    from raftsched.node.process import run_node
     return int(run_node(args.config, args.id, args.data_dir, join=args.join))
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
 import os
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease, queries
@@ -44,7 +44,7 @@ from raftsched.core.effects import (
     TransferAsked,
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
-from raftsched.node import datadir, shutdown
+from raftsched.node import datadir
 from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.config.config import (
     ClusterConfig,
@@ -56,7 +56,7 @@ from raftsched.node.config.secrets import SecretSource
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
 from raftsched.node.leader import notifier
 from raftsched.node.leader.leaderloop import LeaderLoop
-from raftsched.node.observe import eventpolicy, events, gcwatch
+from raftsched.node.observe import eventpolicy, events
 from raftsched.node.observe.clock import now_ms, set_offset_file, set_offset_ms
 from raftsched.node.observe.feed import LiveFeed
 from raftsched.node.observe.loopsnapshot import LoopSnapshot
@@ -141,6 +141,14 @@ class Node:
         except BaseException:
             self.dir_lock.release()
             raise
+        self._build_worker(cfg, env, node_dir)
+        self._build_leader(cfg)
+        self.ops = self._build_ops(cfg)
+        self._build_servers(cfg, ssl_ctx)
+
+    def _build_worker(self, cfg: ClusterConfig, env: dict[str, str], node_dir: str) -> None:
+        """The guard, the run logs, the worker pool and the liveness that fences it."""
+        node_id, metrics = self.node_id, self.metrics
         # The job processes inherit the node's environment, never the cluster secret.
         base_env = {k: v for k, v in env.items()
                     if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
@@ -174,6 +182,10 @@ class Node:
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
             self.worker.statistics, lambda: self.loop)
+
+    def _build_leader(self, cfg: ClusterConfig) -> None:
+        """The leader loop (idle unless this node leads) and the notifier it drives."""
+        node_id, metrics = self.node_id, self.metrics
         #: Which members announce this release's commands (a rolling upgrade).
         self.features = applyops.Features(raft=self.raft,
                                           config_ids=tuple(p.id for p in cfg.nodes))
@@ -185,6 +197,10 @@ class Node:
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
             node_id=node_id, missing_feature=self.features.missing)
+
+    def _build_ops(self, cfg: ClusterConfig) -> dict[str, Op]:
+        """The service operations, and the table the API router dispatches on."""
+        node_id = self.node_id
         self.reads = ReadBarrier(self.raft, node_id)
         self.backups = Backups(raft=self.raft, reads=self.reads, node_id=node_id,
                                cluster_id=lambda: self.cluster_id)
@@ -215,7 +231,7 @@ class Node:
                               node_id=node_id, secret=lambda: self.secret,
                               tls_ca=cfg.tls_ca, cluster_id=lambda: self.cluster_id)
         #: The API operations, by name: one explicit table (the API router is handle()).
-        self.ops: dict[str, Op] = {
+        return {
             **self.jobs.ops(), **cluster.ops(),
             "backup": self.backups.handle,
             **BackfillOps(raft=self.raft, writes=self.writes, reads=self.reads).ops(),
@@ -231,6 +247,10 @@ class Node:
                 missing_feature=self.features.missing).ops(),
             **self.log_ops.ops(),
         }
+
+    def _build_servers(self, cfg: ClusterConfig, ssl_ctx: Any) -> None:
+        """The client API (with /metrics) and the optional HTTP API and dashboard."""
+        node_id = self.node_id
         host, port = split_addr(self.me.api, "api")
         self.api = ApiServer(handler=self.handle, host=host, port=port, secret=None,
                              credentials=self.secrets.keyring(), ssl_context=ssl_ctx,
@@ -383,9 +403,9 @@ class Node:
             await self.api.close()
             self._release()
             raise
-        _LISTENING_FDS.extend(self.api.listening_fds())
+        close_in_children(self.api.listening_fds())
         if self.http is not None:
-            _LISTENING_FDS.extend(self.http.listening_fds())
+            close_in_children(self.http.listening_fds())
         if self.secret_path is not None:
             self._pointer = announce_secret(self.me.api, self.secret_path)
         events.emit("node.started", node=self.node_id, api=self.me.api, raft=self.me.raft,
@@ -394,39 +414,49 @@ class Node:
             on_started()
         if self.raft.fatal is not None:  # met before the loop ran (a snapshot at boot)
             self._fatal(self.raft.fatal)
-        tasks = [asyncio.create_task(self.worker.run(), name="worker"),
-                 asyncio.create_task(self.leader.run(), name="leader"),
-                 asyncio.create_task(self.notifier.run(), name="notifier"),
-                 asyncio.create_task(self._live(), name="heartbeat"),
-                 asyncio.create_task(self.log_ops.adopt(), name="logs"),
-                 asyncio.create_task(membercheck.watch(membercheck.MemberCheck(
-                     cfg=self.cfg, node_id=self.node_id, raft=self.raft,
-                     secret=lambda: self.secret, fatal=self._fatal)), name="membercheck"),
-                 asyncio.create_task(self.secrets.watch(self._secrets_changed),
-                                     name="secrets")]
+        # The parts' tasks live in one group: leaving it (a stop, or run() cancelled)
+        # waits for every one of them to end.
         try:
-            await self._stop.wait()
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(_logged(name, coro), name=name)
+                         for name, coro in self._parts()]
+                try:
+                    await self._stop.wait()
+                finally:
+                    await self._shut_down(tasks)
         finally:
-            if self.raft.leader_term() is not None:
-                # A clean stop of the leader hands leadership over first: the cluster
-                # plans on without waiting out an election timeout.
-                with contextlib.suppress(Exception):
-                    await self.leader.transfer(wait_s=SHUTDOWN_TRANSFER_S)
-            await self.api.close()
-            if self.http is not None:
-                await self.http.close()
-            # Drain while heartbeats (the lease) and the leader loop still run.
-            try:
-                await self.worker.drain(self.cfg.timing.stop_timeout_ms / 1000)
-            except Exception:  # noqa: BLE001 - stopping must go on
-                log.exception("drain failed")
-            self.leader.stop()
-            await self.worker.stop()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             self._release()
             events.emit("node.stopped", node=self.node_id)
+
+    def _parts(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """What runs while the node serves, by name."""
+        return [("worker", self.worker.run()), ("leader", self.leader.run()),
+                ("notifier", self.notifier.run()), ("heartbeat", self._live()),
+                ("logs", self.log_ops.adopt()),
+                ("membercheck", membercheck.watch(membercheck.MemberCheck(
+                    cfg=self.cfg, node_id=self.node_id, raft=self.raft,
+                    secret=lambda: self.secret, fatal=self._fatal))),
+                ("secrets", self.secrets.watch(self._secrets_changed))]
+
+    async def _shut_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Hand leadership over, close the servers, drain the worker, stop the parts."""
+        if self.raft.leader_term() is not None:
+            # A clean stop of the leader hands leadership over first: the cluster
+            # plans on without waiting out an election timeout.
+            with contextlib.suppress(Exception):
+                await self.leader.transfer(wait_s=SHUTDOWN_TRANSFER_S)
+        await self.api.close()
+        if self.http is not None:
+            await self.http.close()
+        # Drain while heartbeats (the lease) and the leader loop still run.
+        try:
+            await self.worker.drain(self.cfg.timing.stop_timeout_ms / 1000)
+        except Exception:  # noqa: BLE001 - stopping must go on
+            log.exception("drain failed")
+        self.leader.stop()
+        await self.worker.stop()
+        for task in tasks:
+            task.cancel()
 
     def _guard_hello(self) -> None:
         """Tell the guard what it needs to certify this incarnation's death (again after
@@ -514,6 +544,21 @@ class Node:
 _LISTENING_FDS: list[int] = []
 
 
+async def _logged(name: str, part: Coroutine[Any, Any, None]) -> None:
+    """Run one part of the node. A part that fails is logged and the node goes on
+    without it, as before the group: its failure must not cancel the worker's runs."""
+    try:
+        await part
+    except Exception:  # noqa: BLE001 - logged; the node serves on
+        log.exception("node part %r failed", name)
+
+
+def close_in_children(fds: list[int]) -> None:
+    """Close ``fds`` (listening sockets) in every process forked from this one: a job
+    must not hold the node's ports after the node is gone."""
+    _LISTENING_FDS.extend(fds)
+
+
 def _close_listeners_in_child() -> None:
     for fd in _LISTENING_FDS:
         try:
@@ -525,70 +570,4 @@ def _close_listeners_in_child() -> None:
 os.register_at_fork(after_in_child=_close_listeners_in_child)
 
 
-def run_node(config_path: str | None, node_id: str | None, data_dir: str | None = None,
-             join: bool = False) -> int:
-    """``raftsched node``: run one node until SIGINT/SIGTERM/SIGHUP; returns the exit code."""
-    from raftsched.core.errors import ConfigError
-    from raftsched.node.config.config import embedded_default, load_config
-    from raftsched.node.metrics import Metrics, Sources, serve_metrics
-
-    early_stop: list[bool] = []
-    stop_now: list[Any] = [lambda: early_stop.append(True)]
-    try:
-        if config_path is None:
-            cfg = embedded_default(data_dir or "./raftsched-data")
-            node_id = node_id or cfg.nodes[0].id
-        else:
-            cfg = load_config(config_path)
-            if node_id is None:
-                if len(cfg.nodes) != 1:
-                    raise ConfigError("--id", "the config has several nodes; name one with --id")
-                node_id = cfg.nodes[0].id
-            if data_dir is not None:
-                from dataclasses import replace
-                cfg = replace(cfg, data_dir=data_dir)
-        events.configure(cfg.log.level, cfg.log.format)
-        # From here on a stop signal is ours: one during the boot stops the node as soon
-        # as it runs (with node.stopped), never kills it half-built.
-        # The watchdog's limit counts after the drain, which may take stop_timeout.
-        shutdown.install(lambda: stop_now[0](), node_id,
-                         shutdown.stop_limit_s(os.environ) + cfg.timing.stop_timeout_ms / 1000)
-        gc.set_threshold(*GC_THRESHOLDS)
-        gcwatch.install()
-        metrics = Metrics(node_id)
-        node = Node(cfg, node_id, metrics=metrics, join=join)
-    except (RaftschedError, OSError) as exc:
-        import sys
-        sys.stderr.write(f"error: {getattr(exc, 'code', 'os_error')}: {exc}\n")
-        return 1
-    server = None
-    if node.me.metrics:
-        try:
-            server = serve_metrics(node.me.metrics, metrics, Sources(
-                raft=node.raft, leader=node.leader, worker_stats=node.worker_stats,
-                configured_nodes=len(node.cfg.nodes)))
-            _LISTENING_FDS.append(server.socket.fileno())
-        except OSError as exc:
-            log.error("metrics endpoint %s: %s", node.me.metrics, exc)
-            node._release()
-            return 1
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        stop_now[0] = lambda: loop.call_soon_threadsafe(node.stop)
-        if early_stop:
-            node.stop()
-        await node.run()
-
-    try:
-        asyncio.run(main())
-    except OSError as exc:
-        log.error("node %s could not start: %s", node_id, exc)
-        return 1
-    finally:
-        if server is not None:
-            server.shutdown()
-    return node.exit_code
-
-
-__all__ = ["Node", "run_node"]
+__all__ = ["Node", "close_in_children"]
