@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, TypeVar
 
 from pysyncobj import (
     FAIL_REASON,
@@ -51,9 +51,9 @@ from raftsched.node.replica.durable import (
 from raftsched.node.replica.procs import die_with_parent
 from raftsched.node.replica.raftkeys import RaftKeyring
 from raftsched.node.replica.replica import Replica
-from raftsched.node.replica.timedlock import TimedLock
 
 log = logging.getLogger("raftsched.raft")
+T = TypeVar("T")
 
 #: Failures after which the command may still commit (pysyncobj notes §1.5).
 _MAYBE_COMMITTED = {FAIL_REASON.LEADER_CHANGED, FAIL_REASON.DISCARDED,
@@ -127,27 +127,29 @@ class _Snapshot:
 
 
 class _Consumer(SyncObjConsumer):
-    def __init__(self, owner: RaftNode) -> None:
+    def __init__(self, replica: Replica) -> None:
         super().__init__()
-        self.owner = owner
+        self.replica = replica
 
     @replicated
     def apply(self, blob: bytes) -> Any:
-        return self.owner._apply(blob)
+        return self.replica.apply(blob)
 
     def _serialize(self) -> Any:
-        return _Snapshot(self.owner._state)
+        return _Snapshot(self.replica.state)
 
     def _deserialize(self, data: Any) -> None:
-        self.owner._restore(data)
+        self.replica.restore(data)
 
 
 def _op_of(cmd: Command | dict[str, Any]) -> Any:
     return cmd.OP if isinstance(cmd, Command) else cmd.get("op")
 
 
-class RaftNode(Replica):
-    """A node's replica of the cluster state and its door to the log.
+class RaftNode:
+    """A node's replica of the cluster state and its door to the log: pysyncobj, the
+    submit side and the node's view of Raft (roles, terms, peers), around the
+    :class:`~raftsched.node.replica.replica.Replica` that applies and serves reads.
 
     :param self_addr: this node's Raft ``host:port`` (also the bind address).
     :param peers: the other members' Raft addresses.
@@ -180,14 +182,6 @@ class RaftNode(Replica):
             raise ValueError(f"durability {durability!r} is not one of {DURABILITY_MODES}")
         install_durable_snapshots()
         os.makedirs(data_dir, exist_ok=True)
-        #: Why this replica stopped applying (a format it cannot read), else None.
-        self.fatal: str | None = None
-        self._on_fatal = on_fatal
-        self.applied_pos: tuple[int, int] | None = None
-        # Private: the edges read through read() and change the state only by submit().
-        self._lock = TimedLock()  # every hold timed: raftsched_raft_lock_hold_seconds
-        self._state = ClusterState(history_limit=history_limit)
-        self.on_effects = on_effects
         self.max_pending = max_pending
         self._pending = 0
         #: The Raft thread's last tick (monotonic) and the longest gap between two
@@ -196,8 +190,6 @@ class RaftNode(Replica):
         self._last_tick = time.monotonic()
         self._tick_gap = 0.0
         self._pending_lock = threading.Lock()
-        self.apply_seconds = 0.0
-        self.apply_count = 0
         self.self_addr = self_addr
         self.peers = list(peers)
         self._on_state_changed = on_state_changed
@@ -245,9 +237,12 @@ class RaftNode(Replica):
             # replicas in one test thread, each paused by not being ticked).
             autoTick=auto_tick,
         )
-        self._consumer = _Consumer(self)
-        # Set before pysyncobj's thread can tick (it starts inside __init__).
+        # Made before pysyncobj's thread can tick (it starts inside __init__, and the
+        # journal's replay applies through the replica).
         self.sync = RaftSyncObj.__new__(RaftSyncObj)
+        self.replica = Replica(sync=self.sync, history_limit=history_limit,
+                               on_effects=on_effects, on_fatal=on_fatal)
+        self._consumer = _Consumer(self.replica)
         self.sync._rs_joining = join
         self.sync._rs_sync_journal = durability == "sync"
         self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
@@ -478,6 +473,40 @@ class RaftNode(Replica):
 
     def tick_alive(self) -> bool:
         return bool(self.sync.tick_thread_alive())
+
+    # ---------------------------------------------------------------- the replica's port
+
+    def read(self, fn: Callable[[ClusterState], T]) -> T:
+        """``fn(state)`` under the state lock: see :meth:`Replica.read`."""
+        return self.replica.read(fn)
+
+    def position(self) -> tuple[int, int]:
+        """(index, term) of the log entry the state is at; call inside :meth:`read`."""
+        return self.replica.position()
+
+    @property
+    def fatal(self) -> str | None:
+        """Why this replica stopped applying (a format it cannot read), else None."""
+        return self.replica.fatal
+
+    @property
+    def apply_seconds(self) -> float:
+        """Seconds spent applying entries since start."""
+        return self.replica.apply_seconds
+
+    @property
+    def apply_count(self) -> int:
+        """Entries applied since start."""
+        return self.replica.apply_count
+
+    @property
+    def lock_max_hold_s(self) -> float:
+        """The longest hold of the state lock since start (seconds)."""
+        return self.replica.lock_max_hold_s
+
+    def observe_lock_holds(self, observer: Callable[[float], None]) -> None:
+        """Call ``observer(seconds)`` after every hold of the state lock."""
+        self.replica.observe_lock_holds(observer)
 
     def destroy(self, wait_s: float = 0.0) -> None:
         """Stop the Raft thread; wait up to ``wait_s`` for it to end (the journal is

@@ -4,8 +4,9 @@ handed on, a snapshot restored, a format this version cannot read refused (the n
 stops rather than skip it), and :meth:`Replica.read`, the one port through which the
 edges read the state.
 
-The base class of :class:`raftsched.node.replica.raft.RaftNode`, which owns pysyncobj (this
-module never imports it: see :mod:`raftsched.node.replica.compat`) and the submit side.
+Held by :class:`raftsched.node.replica.raft.RaftNode`, which owns pysyncobj (this module
+never imports it: see :mod:`raftsched.node.replica.compat`) and the submit side, and
+passes its reads here.
 """
 
 from __future__ import annotations
@@ -57,20 +58,36 @@ def _describe(cmd: Any) -> str:
 
 
 class Replica:
-    """The apply side and read port of :class:`~raftsched.node.replica.raft.RaftNode`; see the
-    module docstring. ``RaftNode.__init__`` sets the attributes declared here."""
+    """The apply side and read port of a node's state; see the module docstring.
 
-    #: Why this replica stopped applying (a format it cannot read), else None.
-    fatal: str | None
-    applied_pos: tuple[int, int] | None
-    on_effects: Callable[[list[Effect]], None]
-    apply_seconds: float
-    apply_count: int
-    #: pysyncobj's object, read here for log positions and terms only.
-    sync: RaftSyncObj
-    _on_fatal: Callable[[str], None] | None
-    _lock: TimedLock
-    _state: ClusterState
+    :param sync: pysyncobj's object (made, not yet started), read here for log
+        positions and terms only.
+    :param history_limit: runs kept per job.
+    :param on_effects: called in the Raft thread with each apply's effects.
+    :param on_fatal: called once when an entry or a snapshot cannot be read.
+    """
+
+    def __init__(self, *, sync: RaftSyncObj, history_limit: int,
+                 on_effects: Callable[[list[Effect]], None],
+                 on_fatal: Callable[[str], None] | None) -> None:
+        self.sync = sync
+        #: Why this replica stopped applying (a format it cannot read), else None.
+        self.fatal: str | None = None
+        #: The log position (index, term) the state is at (written under the lock).
+        self.applied_pos: tuple[int, int] | None = None
+        self.on_effects = on_effects
+        #: Seconds spent in applies, and applies, since start (metrics).
+        self.apply_seconds = 0.0
+        self.apply_count = 0
+        self._on_fatal = on_fatal
+        # Private: the edges read through read() and change the state only by submit().
+        self._lock = TimedLock()  # every hold timed: raftsched_raft_lock_hold_seconds
+        self._state = ClusterState(history_limit=history_limit)
+
+    @property
+    def state(self) -> ClusterState:
+        """The state itself, for pysyncobj's snapshot (encoded in its forked child)."""
+        return self._state
 
     def _refuse(self, problem: str) -> None:
         """Stop applying: a replica that skipped an entry it cannot read would go on
@@ -86,7 +103,8 @@ class Replica:
             except Exception:  # noqa: BLE001 - the Raft thread must go on
                 log.exception("fatal listener failed")
 
-    def _apply(self, blob: bytes) -> Any:
+    def apply(self, blob: bytes) -> Any:
+        """Apply one committed entry (pysyncobj's thread); never raises."""
         if self.fatal is not None:
             return {"ok": False, "error": {"code": "not_ready", "message": self.fatal}}
         t0 = time.perf_counter()
@@ -106,7 +124,6 @@ class Replica:
             if cmd is not None:
                 self._lock.what = partial(_describe, cmd)  # formatted only if slow
             reply = self._state.apply(parsed, entry_term)
-            #: The log position (index, term) the state is at (read under the lock).
             self.applied_pos = (int(self.sync.raftLastApplied) + 1, int(entry_term or 0))
             effects = self._state.take_effects()
         self.apply_seconds += time.perf_counter() - t0
@@ -118,7 +135,8 @@ class Replica:
                 log.exception("effect listener failed")
         return reply
 
-    def _restore(self, data: Any) -> None:
+    def restore(self, data: Any) -> None:
+        """Replace the state with a snapshot's (pysyncobj's thread)."""
         try:
             with gcwatch.paused():
                 state = decode_state(bytes(data))
