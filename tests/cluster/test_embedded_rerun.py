@@ -36,8 +36,10 @@ APP = textwrap.dedent("""\
         for name in os.environ["APP_DECLARES"].split():
             sched.add_job(globals()[name], id=name, schedule={"every": "1s"})
         report = sched.wait_declared()
-        print(json.dumps({k: list(getattr(report, k)) for k in
-                          ("created", "updated", "unchanged", "undeclared")}), flush=True)
+        # To a file: tick's prints (a call-pool thread) could split a line on stdout.
+        with open(sys.argv[4], "w") as f:
+            json.dump({k: list(getattr(report, k)) for k in
+                       ("created", "updated", "unchanged", "undeclared")}, f)
 """)
 
 
@@ -46,12 +48,13 @@ def _run(tmp_path, ports: list[int], declares: str) -> tuple[dict[str, list[str]
     app.write_text(APP)
     env = dict(os.environ, APP_DECLARES=declares,
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = tmp_path / "report.json"
+    out.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, str(app), str(tmp_path / "data"),
-                           f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}"],
+                           f"127.0.0.1:{ports[0]}", f"127.0.0.1:{ports[1]}", str(out)],
                           env=env, capture_output=True, text=True, timeout=90, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("{")))
-    return report, proc.stderr
+    return json.loads(out.read_text()), proc.stderr
 
 
 def _declared_warnings(stderr: str) -> list[str]:
