@@ -51,8 +51,8 @@ def tier_of(path: Path) -> str:
 #: Tests that load both cores for a minute or more (a storm of thousands of runs, the
 #: nemesis's network namespaces): one xdist group, so no two of them run at once.
 HEAVY = {"test_nemesis.py", "test_overload.py"}
-#: The order tests are handed to the two xdist workers: the heavy group, then the most
-#: expensive tier first, so the long tests do not start last and leave one worker idle.
+#: The order tests are handed to the xdist workers: the heavy group, then the most
+#: expensive tier first, so the long tests do not start last and leave workers idle.
 ORDER = {"heavy": 0, "faults": 1, "cluster": 2, "inprocess": 3, "unit": 4}
 
 
