@@ -57,7 +57,13 @@ from raftsched.node.datadir import DataDirLock, announce_secret, check_node_file
 from raftsched.node.leader import notifier
 from raftsched.node.leader.leaderloop import LeaderLoop
 from raftsched.node.observe import eventpolicy, events
-from raftsched.node.observe.clock import now_ms, set_offset_file, set_offset_ms
+from raftsched.node.observe.clock import (
+    SYSTEM_CLOCK,
+    Clock,
+    now_ms,
+    set_offset_file,
+    set_offset_ms,
+)
 from raftsched.node.observe.feed import LiveFeed
 from raftsched.node.observe.loopsnapshot import LoopSnapshot
 from raftsched.node.replica.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
@@ -123,6 +129,8 @@ class Node:
         if env.get("RAFTSCHED_CLOCK_FILE"):
             set_offset_file(env["RAFTSCHED_CLOCK_FILE"])
         self.metrics = metrics
+        #: The clock every timed part reads (the wall clock with the test offsets).
+        self.clock: Clock = SYSTEM_CLOCK
         self.loop: asyncio.AbstractEventLoop | None = None
         self.raft_to_id = AddressBook.of((p.id, p.raft) for p in cfg.nodes)
         self._stop = asyncio.Event()
@@ -170,14 +178,14 @@ class Node:
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
-            lease=lambda: self.liveness.lease_base, lease_s=fence_after_s)
+            lease=lambda: self.liveness.lease_base, lease_s=fence_after_s, clock=self.clock)
         #: The live feed of the HTTP event streams (feed.py).
         self.feed = LiveFeed(node_id)
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
                                  features=FEATURES,
-                                 on_event=self.feed.own)
+                                 on_event=self.feed.own, clock=self.clock)
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(
@@ -191,12 +199,13 @@ class Node:
                                           config_ids=tuple(p.id for p in cfg.nodes))
         self.leader = LeaderLoop(raft=self.raft, node_id=node_id, cfg=cfg,
                                  raft_to_id=self.raft_to_id, boot_ms=self.boot_ms,
-                                 metrics=metrics, missing_feature=self.features.missing)
+                                 metrics=metrics, missing_feature=self.features.missing,
+                                 clock=self.clock)
         # The webhook signing key is derived once, from the secret in use at start: a
         # secret rotation does not re-key it.
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
-            node_id=node_id, missing_feature=self.features.missing)
+            node_id=node_id, missing_feature=self.features.missing, clock=self.clock)
 
     def _build_ops(self, cfg: ClusterConfig) -> dict[str, Op]:
         """The service operations, and the table the API router dispatches on."""

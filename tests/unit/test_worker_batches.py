@@ -14,7 +14,7 @@ import pytest
 
 from raftsched.core.commands import Finish, FinishItem, Start
 from raftsched.core.machine import ClusterState
-from raftsched.node.observe.clock import now_ms
+from raftsched.node.observe.clock import FakeClock, now_ms
 from raftsched.node.worker import worker
 from raftsched.node.worker.localrun import Phase
 from raftsched.node.worker.worker import WorkerPool
@@ -214,15 +214,16 @@ def test_a_wall_clock_stepped_back_does_not_hold_a_committed_start_for_the_step(
     begun: list[str] = []
 
     async def main() -> None:
+        at = 1_000_000_000
+        clock = FakeClock(at - 150)  # the pool reads time from the clock it is given
         pool = WorkerPool(node_id="n1", raft=FakeRaft(), slots=4,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
-                          prestart_ms=200)
+                          prestart_ms=200, clock=clock)
         monkeypatch.setattr(pool, "_held_started", lambda group: frozenset())
         monkeypatch.setattr(pool, "_begin", lambda loc, *_, **__: begun.append(loc))
-        at = 1_000_000_000
         for label, now in (("slightly early", at - 150), ("stepped back", at - 3_600_000)):
             pool._at[at] = [label]  # type: ignore[list-item]
-            monkeypatch.setattr(worker, "now_ms", lambda now=now: now)
+            clock.step_wall(now - clock.now_ms())
             pool._fire(at)
         assert begun == ["stepped back"]
         assert pool._at == {}

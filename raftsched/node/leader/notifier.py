@@ -27,7 +27,7 @@ from raftsched.core import notify, notifydata, queries
 from raftsched.core.commands import Command, NotifyDefault, NotifyResults
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
-from raftsched.node.observe.clock import now_ms
+from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
 from raftsched.wire import webhook
 
 if TYPE_CHECKING:
@@ -92,7 +92,9 @@ class Notifier:
 
     def __init__(self, *, raft: ReplicaPort, leader: Leadership, cfg: NotifyConfig,
                  secret: str | None, node_id: str,
-                 missing_feature: Callable[[str], list[str]]) -> None:
+                 missing_feature: Callable[[str], list[str]],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.raft = raft
         self.leader = leader
         self.node_id = node_id
@@ -123,7 +125,7 @@ class Notifier:
                     free = MAX_INFLIGHT - len(self.inflight)
                     if free > 0:
                         due = self.raft.read(functools.partial(
-                            _due, now_ms(), self.inflight, free))
+                            _due, self.clock.now_ms(), self.inflight, free))
                         for d in due:
                             self.inflight.add(d.key)
                             task = asyncio.create_task(self._deliver(d))
@@ -146,7 +148,7 @@ class Notifier:
         have = self.raft.read(queries.notify_default)
         if have != want:
             reply = await self._commit(NotifyDefault(
-                at=now_ms(), term=term, spec=want.to_spec() if want else None))
+                at=self.clock.now_ms(), term=term, spec=want.to_spec() if want else None))
             if not reply or not reply.get("ok"):
                 return
         self._default_term = term
@@ -154,7 +156,7 @@ class Notifier:
     async def _deliver(self, d: notifydata.Delivery) -> None:
         try:
             body = json.dumps(d.body, sort_keys=True, separators=(",", ":")).encode()
-            ts = int(time.time())
+            ts = int(time.time())  # the real wall clock: the receiver checks it against its own
             attempt = d.attempts + 1
             headers = {"Content-Type": "application/json", "User-Agent": self._user_agent,
                        webhook.DELIVERY_HEADER: d.key, webhook.ATTEMPT_HEADER: str(attempt),
@@ -167,7 +169,7 @@ class Notifier:
             elif attempt >= self.cfg.attempts:
                 item = [d.key, False, error, None]
             else:
-                item = [d.key, False, error, now_ms() + self.cfg.delay_ms(attempt)]
+                item = [d.key, False, error, self.clock.now_ms() + self.cfg.delay_ms(attempt)]
             outcome = "delivered" if not error else ("failed" if item[3] is None else "retry")
             # The URL may hold a token: events name its host only.
             events.emit(f"notify.{outcome}", node=self.node_id, run_id=d.run_id,
@@ -176,7 +178,7 @@ class Notifier:
                         level=logging.INFO if not error else logging.WARNING)
             # Not a leader any more: the new one delivers again (same key), so the
             # result is still worth committing if it can be.
-            await self._commit(NotifyResults(at=now_ms(), items=(tuple(item),)))
+            await self._commit(NotifyResults(at=self.clock.now_ms(), items=(tuple(item),)))
         except Exception:  # noqa: BLE001 - one delivery's bug must not stop the others
             log.exception("notification %s failed", d.key)
         finally:

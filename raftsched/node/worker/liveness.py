@@ -15,7 +15,6 @@ import asyncio
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from raftsched.core import lease
 from raftsched.core.commands import Heartbeat
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
-from raftsched.node.observe.clock import now_ms
+from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from raftsched.node.config.config import NodeConfig, Timing
@@ -39,7 +38,10 @@ class Liveness:
 
     def __init__(self, *, raft: ReplicaPort, worker: WorkerPool, guard: Guard | None,
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
-                 on_event: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        #: Where it reads time (the worker's clock: the lease is read there).
+        self.clock = clock
         self.raft = raft
         self.worker = worker
         self.guard = guard
@@ -49,7 +51,7 @@ class Liveness:
         #: The commands this release knows, as every heartbeat announces them.
         self.features = features
         #: Send time (monotonic) of the newest acknowledged heartbeat, for the guard.
-        self.last_ack_send = time.monotonic()
+        self.last_ack_send = self.clock.monotonic()
         #: Send time (monotonic) of the newest heartbeat the cluster acknowledged: the
         #: node's lease. Nothing before the first acknowledgement.
         self.lease_base = float("-inf")
@@ -71,12 +73,12 @@ class Liveness:
             return
         self.lease_base = self.last_ack_send = sent_at
         #: How long the cluster took to answer it (a busy cluster renews more often).
-        self.ack_latency = time.monotonic() - sent_at
+        self.ack_latency = self.clock.monotonic() - sent_at
         self.fenced = False
         self._push_guard()
         if self.lost_since is not None:
             self._say("quorum.back", logging.INFO, without_ms=int(
-                (time.monotonic() - self.lost_since) * 1000))
+                (self.clock.monotonic() - self.lost_since) * 1000))
             self.lost_since = None
 
     def _say(self, event: str, level: int, **fields: Any) -> None:
@@ -97,7 +99,7 @@ class Liveness:
     def _heartbeat(self) -> Heartbeat:
         draining = self.worker.draining
         return Heartbeat(
-            node=self.me.id, at=now_ms(), boot=self.boot_ms,
+            node=self.me.id, at=self.clock.now_ms(), boot=self.boot_ms,
             # Draining: no room, so the leader places nothing new here.
             slots=0 if draining else self.me.workers, queue=0 if draining else self.me.queue,
             tags=tuple(self.me.tags), api=self.me.api, pid=os.getpid(),
@@ -116,7 +118,7 @@ class Liveness:
         sent_at = 0.0
         tick = lease.FENCE_TICK_MS / 1000
         while True:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             # One heartbeat per period while the cluster answers quickly (a new one as
             # soon as the last was answered sent ~26 a second over three nodes: most of an
             # idle cluster's CPU); back to back while answers are slow, so a busy

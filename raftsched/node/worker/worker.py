@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ from raftsched.core.commands import Start, StartItem
 from raftsched.core.model import RunState
 from raftsched.core.trigger import jitter_ms
 from raftsched.node.observe import events
-from raftsched.node.observe.clock import now_ms
+from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
 from raftsched.node.worker.executor import Execution
 from raftsched.node.worker.localrun import LocalRun, Phase
 from raftsched.node.worker.runtypes import ExecutionResult, RunContext
@@ -96,7 +95,11 @@ class WorkerPool:
                  base_env: dict[str, str], on_started: Any = None,
                  prestart_ms: int = 0, fence_grace_s: float | None = None,
                  guard: Guard | None = None, lease: Callable[[], float] | None = None,
-                 lease_s: float = float("inf"), logs: RunLogs | None = None) -> None:
+                 lease_s: float = float("inf"), logs: RunLogs | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        #: Where the pool reads time: the wall clock for instants, the monotonic one
+        #: for the lease (the same clock as the liveness that renews it).
+        self.clock = clock
         self.node_id = node_id
         self.raft = raft
         self.slots = slots
@@ -121,7 +124,7 @@ class WorkerPool:
         self.local: dict[str, LocalRun] = {}
         #: Starts and finishes to the replica (its own part: the finish queue's timing).
         self.commits = WorkerCommits(node_id=node_id, raft=raft, local=self.local,
-                                     freed=self.notify)
+                                     freed=self.notify, clock=clock)
         self.counters = _Counters()
         self._wake = asyncio.Event()
         #: Set by drain(): nothing new starts here; running runs may finish.
@@ -281,7 +284,7 @@ class WorkerPool:
         if not self.raft.ready():
             # Replaying the journal after a restart: claims seen now may be long gone.
             return 0.05
-        now = now_ms()
+        now = self.clock.now_ms()
         mine, moved = self.raft.read(self._sync_claims)
         for loc in moved:
             # Outside the lock: a claim this node waited on went elsewhere (typically
@@ -393,12 +396,12 @@ class WorkerPool:
         if group is None:
             group = self._at[loc.start_at_ms] = []
             loop = asyncio.get_running_loop()
-            loop.call_at(loop.time() + max(0, loc.start_at_ms - now_ms()) / 1000,
+            loop.call_at(loop.time() + max(0, loc.start_at_ms - self.clock.now_ms()) / 1000,
                          self._fire, loc.start_at_ms)
         group.append(loc)
 
     def _fire(self, at_ms: int) -> None:
-        ahead_ms = at_ms - now_ms()
+        ahead_ms = at_ms - self.clock.now_ms()
         if 0 < ahead_ms <= self.prestart_ms + STEPPED_BACK_MS:
             # Never before the scheduled instant (the loop's clock is not the wall clock).
             asyncio.get_running_loop().call_later(ahead_ms / 1000, self._fire, at_ms)
@@ -430,7 +433,7 @@ class WorkerPool:
     def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
         """The run ids of ``group`` still started on this node under their fences (one
         read); None without a fresh lease (see :meth:`_may_spawn`)."""
-        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+        if self.lease is not None and self.clock.monotonic() - self.lease() > self.lease_s:
             return None
         if not group:
             return frozenset()
@@ -449,7 +452,7 @@ class WorkerPool:
         committed heartbeat has ended (``lease_s``, then this node's self-fence and its
         guard: :mod:`raftsched.core.lease`), so a run released meanwhile was never
         spawned here, or is dead."""
-        if self.lease is not None and time.monotonic() - self.lease() > self.lease_s:
+        if self.lease is not None and self.clock.monotonic() - self.lease() > self.lease_s:
             return None
         return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
 
@@ -457,7 +460,7 @@ class WorkerPool:
         """Re-check a run held for want of a fresh lease, until its grace is over."""
         if self.local.get(loc.run_id) is not loc or loc.phase != Phase.RUNNING:
             return
-        if now_ms() - loc.start_at_ms > loc.grace_ms:
+        if self.clock.now_ms() - loc.start_at_ms > loc.grace_ms:
             loc.phase = Phase.FINISHING
             self.commits.finish(loc, ExecutionResult(
                 outcome=RunState.lost, exit_code=None, tail="",
@@ -493,7 +496,7 @@ class WorkerPool:
                         fence=loc.fence, reason="moved on before its instant",
                         level=logging.WARNING)
             return
-        lag_ms = now_ms() - loc.scheduled_ms
+        lag_ms = self.clock.now_ms() - loc.scheduled_ms
         self.counters.started += 1
         if self.on_started is not None:
             self.on_started(lag_ms / 1000)

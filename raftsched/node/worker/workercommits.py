@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from raftsched.core.commands import Finish, FinishItem, Start
 from raftsched.core.errors import NotReady
 from raftsched.node.observe import events
-from raftsched.node.observe.clock import now_ms
+from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
 from raftsched.node.worker.executor import calls_waiting
 from raftsched.node.worker.runtypes import ExecutionResult
 
@@ -66,7 +66,8 @@ class WorkerCommits:
     """
 
     def __init__(self, *, node_id: str, raft: ReplicaPort, local: dict[str, LocalRun],
-                 freed: Callable[[], None]) -> None:
+                 freed: Callable[[], None], clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
         self.node_id = node_id
         self.raft = raft
         self.local = local
@@ -84,7 +85,7 @@ class WorkerCommits:
         idempotent through fences). ``at`` is stamped at least ``at_floor``."""
         delay = 0.02
         while True:
-            cmd = replace(cmd, at=max(now_ms(), at_floor))
+            cmd = replace(cmd, at=max(self.clock.now_ms(), at_floor))
             try:
                 fut = self.raft.submit(cmd)
                 return await asyncio.wait_for(asyncio.wrap_future(fut), COMMIT_TIMEOUT_S)
@@ -109,7 +110,7 @@ class WorkerCommits:
     async def _quiet(self) -> None:
         """Hold finishes in the quiet after a big instant (see QUIET_MS). Bounded by
         QUIET_MAX_MS from the instant, whichever way the wall clock steps meanwhile."""
-        since = now_ms() - self.quiet_at
+        since = self.clock.now_ms() - self.quiet_at
         if not 0 <= since < QUIET_MAX_MS:
             return
         loop = asyncio.get_running_loop()
