@@ -19,7 +19,7 @@ that cannot be applied is rejected and changes nothing. Times come inside the co
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from raftsched.core import apply as declarative
 from raftsched.core import backfill, claims, deps, jobs, members, nodes, notify
@@ -28,13 +28,37 @@ from raftsched.core.commands import (
     MAX_AT_MS,
     MAX_PUT_BATCH,
     ApplyJobs,
+    Backfill,
+    BackfillCancel,
+    Certify,
     Command,
+    DeleteJob,
+    Drain,
+    Finish,
+    Heartbeat,
+    LeaderRecord,
+    Member,
+    NotifyDefault,
+    NotifyResults,
+    Pause,
+    Plan,
+    PutJob,
+    PutJobs,
+    Read,
+    Release,
+    Resume,
+    Start,
+    Transfer,
+    Trigger,
     Unreadable,
     read,
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
 from raftsched.core.records import JobRecord, RunRecord
 from raftsched.core.state import DEDUPE_ITEMS_LIMIT, DEDUPE_LIMIT, DEFAULT_HISTORY_LIMIT, StateData
+
+C = TypeVar("C", bound=Command)
+B = TypeVar("B", Backfill, BackfillCancel)
 
 
 class ClusterState(StateData):
@@ -168,33 +192,55 @@ def _check_proposer(cmd: Command, op: str, entry_term: int | None) -> None:
                                f"{entry_term}: the proposer no longer leads")
 
 
-_HANDLERS: dict[str, Callable[[ClusterState, Any], dict[str, Any]]] = {
-    "put_job": jobs.apply_put_job,
-    "put_jobs": jobs.apply_put_jobs,
-    "delete_job": jobs.apply_delete_job,
-    "pause": jobs.apply_pause,
-    "resume": jobs.apply_resume,
-    "trigger": jobs.apply_trigger,
-    "heartbeat": nodes.apply_heartbeat,
-    "leader": nodes.apply_leader,
-    "read": nodes.apply_read,
-    "drain": nodes.apply_drain,
-    "transfer": nodes.apply_transfer,
-    "certify": nodes.apply_certify,
-    "apply": lambda st, cmd: declarative.apply_apply(st, cmd, st.take_prepared(cmd)),
-    "notified": notify.apply_notified,
-    "notify_default": notify.apply_default,
-    "member": members.apply_member,
-    "plan": claims.apply_plan,
-    "start": claims.apply_start,
-    "finish": claims.apply_finish,
-    "release": claims.apply_release,
-    "backfill": lambda st, cmd: backfill.apply_backfill(st, _v5(cmd)),
-    "backfill_cancel": lambda st, cmd: backfill.apply_cancel(st, _v5(cmd)),
-}
+#: A handler: what one command does to the state; its reply.
+Handler = Callable[[ClusterState, Any], dict[str, Any]]
 
 
-def _v5(cmd: Any) -> Any:
+def _on(cls: type[C], fn: Callable[[ClusterState, C], dict[str, Any]]) -> tuple[str, Handler]:
+    """``cls``'s handler, typed: mypy checks that ``fn`` takes that very command."""
+    return cls.OP, fn
+
+
+def _apply_jobs(st: ClusterState, cmd: ApplyJobs) -> dict[str, Any]:
+    return declarative.apply_apply(st, cmd, st.take_prepared(cmd))
+
+
+def _backfill(st: ClusterState, cmd: Backfill) -> dict[str, Any]:
+    return backfill.apply_backfill(st, _v5(cmd))
+
+
+def _backfill_cancel(st: ClusterState, cmd: BackfillCancel) -> dict[str, Any]:
+    return backfill.apply_cancel(st, _v5(cmd))
+
+
+#: Each command's handler, by its op (every command class has one: a unit test checks).
+_HANDLERS: dict[str, Handler] = dict((
+    _on(PutJob, jobs.apply_put_job),
+    _on(PutJobs, jobs.apply_put_jobs),
+    _on(DeleteJob, jobs.apply_delete_job),
+    _on(Pause, jobs.apply_pause),
+    _on(Resume, jobs.apply_resume),
+    _on(Trigger, jobs.apply_trigger),
+    _on(Heartbeat, nodes.apply_heartbeat),
+    _on(LeaderRecord, nodes.apply_leader),
+    _on(Read, nodes.apply_read),
+    _on(Drain, nodes.apply_drain),
+    _on(Transfer, nodes.apply_transfer),
+    _on(Certify, nodes.apply_certify),
+    _on(ApplyJobs, _apply_jobs),
+    _on(NotifyResults, notify.apply_notified),
+    _on(NotifyDefault, notify.apply_default),
+    _on(Member, members.apply_member),
+    _on(Plan, claims.apply_plan),
+    _on(Start, claims.apply_start),
+    _on(Finish, claims.apply_finish),
+    _on(Release, claims.apply_release),
+    _on(Backfill, _backfill),
+    _on(BackfillCancel, _backfill_cancel),
+))
+
+
+def _v5(cmd: B) -> B:
     """A backfill command written below version 5 is refused as the release before them
     refused an unknown op (none was ever written: this keeps replay exact regardless)."""
     if cmd.v < DEPS_VERSION:
