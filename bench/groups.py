@@ -12,6 +12,8 @@ anything per run — the figure that, on G machines (or G times the cores), mult
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import os
 import time
 from typing import Any
 
@@ -21,13 +23,29 @@ from bench.w1 import SPEC_CALL, WORKERS
 from raftsched.wire.groups import owner
 
 
-def _storm(ctx: Ctx, groups: int, jobs: int, seconds: int, warmup: int) -> dict[str, Any]:
+def _pin(pids: list[int], core: int) -> None:
+    """Every thread of ``pids`` and of their children on CPU ``core`` alone (threads made
+    later inherit it from the thread that makes them)."""
+    import psutil
+
+    for pid in pids:
+        root = psutil.Process(pid)
+        for proc in [root, *root.children(recursive=True)]:
+            for thread in proc.threads():
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(thread.id, {core})
+
+
+def _storm(ctx: Ctx, groups: int, jobs: int, seconds: int, warmup: int,
+           pin: bool = False) -> dict[str, Any]:
+    """``pin``: group i's nodes on CPU i alone (each group a machine of one core)."""
     import psutil
 
     names = [f"g{i + 1}" for i in range(groups)]
     ids = [f"w1-{i:05d}" for i in range(jobs)]
     share = {n: [j for j in ids if owner(j, names) == n] for n in names}
-    clusters = {n: BenchCluster(ctx.dir(f"groups-{groups}-{n}"), workers=WORKERS, queue=4096,
+    where = f"groups-{groups}{'-pinned' if pin else ''}"  # a fresh data dir per storm
+    clusters = {n: BenchCluster(ctx.dir(f"{where}-{n}"), workers=WORKERS, queue=4096,
                                 history_limit=1000) for n in names}
     try:
         for c in clusters.values():
@@ -37,6 +55,9 @@ def _storm(ctx: Ctx, groups: int, jobs: int, seconds: int, warmup: int) -> dict[
             leader = c.wait_leader(60)
             c.wait_all_alive(60)
             terms0[n] = c.status(leader)["term"]
+        if pin:
+            for i, c in enumerate(clusters.values()):
+                _pin([c.pid(nid) for nid in c.ids], i % (os.cpu_count() or 1))
         for n, c in clusters.items():
             with c.client(timeout=60) as cl:
                 for i in range(0, len(share[n]), bulk_batch()):
@@ -76,10 +97,30 @@ def run_groups(ctx: Ctx) -> Result:
         raw.append(r)
         rows.append([str(groups), fmt(jobs), fmt(r["runs_per_s"]), fmt(r["cpu_ms_per_run"], 3),
                      str(r["term_changes"]), str(r["per_group"])])
-    res.raw = {"runs": raw}
     res.tables.append((f"{jobs} every-second jobs, {seconds} s window, all on this machine",
                        ["groups", "jobs", "runs/s", "CPU ms/run (every node)",
                         "term changes", "jobs per group"], rows))
+    # Each group on a core of its own (the machine's two cores, one per group): more
+    # jobs than one core runs, so the one group saturates and the two show what adds up.
+    pinned_jobs = 3000 if ctx.quick else 6000
+    pinned_rows, pinned = [], []
+    for groups in (1, 2):
+        ctx.log(f"GROUPS: {groups} group(s), each pinned to one CPU, {pinned_jobs} jobs")
+        r = _storm(ctx, groups, pinned_jobs, seconds, warmup=8, pin=True)
+        pinned.append(r)
+        pinned_rows.append([str(groups), fmt(pinned_jobs), fmt(r["runs_per_s"]),
+                            fmt(r["cpu_ms_per_run"], 3), str(r["term_changes"]),
+                            str(r["per_group"])])
+    res.tables.append((f"{pinned_jobs} every-second jobs, {seconds} s window, each group "
+                       "pinned to one CPU of its own (one group: CPU 0; two: CPU 0 and 1)",
+                       ["groups", "jobs", "runs/s", "CPU ms/run (every node)",
+                        "term changes", "jobs per group"], pinned_rows))
+    res.raw = {"runs": raw, "pinned": pinned}
+    res.notes.append(
+        "Pinned, runs/s of 2 groups ÷ 1: "
+        f"{fmt(pinned[1]['runs_per_s'] / max(pinned[0]['runs_per_s'], 1), 2)} "
+        "(each group a one-core machine: what a second group adds; fire times one "
+        "group could not run are recorded missed by its admission control).")
     base, split = raw
     res.notes.append(
         "CPU per run, 2 groups ÷ 1: "
