@@ -1,4 +1,5 @@
-"""Profile: W1 at J=1000 once, with py-spy sampling the leader during the window.
+"""Profile: W1 at J=10,000 once (J=1,000 with --quick), with py-spy sampling the leader
+during the window: where the CPU of a run goes when one group is past its ceiling.
 
 py-spy (``pip install py-spy``) samples every thread of the leader process (the Raft
 tick thread, the asyncio loop, the callable threads) without restarting it:
@@ -26,7 +27,7 @@ from typing import Any
 from bench.cluster import track
 from bench.common import Ctx, Result, fmt
 
-#: Samples per second; the leader is mostly idle at J=1000, so sample densely.
+#: Samples per second (the leader is mostly idle at J=1,000: sample densely).
 RATE = 400
 
 
@@ -171,13 +172,14 @@ def flame_svg(stacks: list[tuple[list[str], int]], path: str, title: str) -> Non
 def run_profile(ctx: Ctx) -> Result:
     from bench import w1
 
-    res = Result("PROF", "Profile: W1 at J=1000, leader node sampled by py-spy")
+    jobs = 1000 if ctx.quick else 10_000
+    res = Result("PROF", f"Profile: W1 at J={jobs:,}, leader node sampled by py-spy")
     seconds, window = (8, 10) if ctx.quick else (10, 15)
     if pyspy_path() is None:
         res.error = "py-spy is not installed (pip install py-spy)"
         return res
-    r = w1.run_raftsched(ctx, 1000, window, 3, profile_s=seconds, name="prof-1000")
-    res.locks.append(("W1 J=1000 under py-spy", r["lock"]))
+    r = w1.run_raftsched(ctx, jobs, window, 3, profile_s=seconds, name=f"prof-{jobs}")
+    res.locks.append((f"W1 J={jobs:,} under py-spy", r["lock"]))
     prof = r.get("profile") or {}
     res.raw = {k: v for k, v in r.items() if not k.endswith("_sorted")}
     if prof.get("error") or not prof.get("path"):
@@ -188,7 +190,7 @@ def run_profile(ctx: Ctx) -> Result:
     res.raw["profile_analysis"] = a
     total = a["total"] or 1
     svg = os.path.join(ctx.out, f"{ctx.stamp}-flame.svg")
-    flame_svg(stacks, svg, f"raftsched leader {r['leader']}, W1 J=1000, "
+    flame_svg(stacks, svg, f"raftsched leader {r['leader']}, W1 J={jobs:,}, "
                            f"{prof['seconds']} s, py-spy {RATE} Hz --gil")
     res.plots.append(svg)
     raw_copy = os.path.join(ctx.out, f"{ctx.stamp}-pyspy-collapsed.txt")
