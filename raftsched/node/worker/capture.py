@@ -106,17 +106,53 @@ class _Proxy:
 
 
 class _Handler(logging.Handler):
-    """Copies log records emitted by a run's code into its tail."""
+    """Copies log records emitted by a run's code into its tail; and, for a record no
+    other handler takes, does what Python would have done without this one."""
 
     def emit(self, record: logging.LogRecord) -> None:
         tail = _current.get()
-        if tail is None:
-            return
-        try:
-            # Logging goes to stderr, as a process's would.
-            tail.write(self.format(record) + "\n", True)
-        except Exception:  # noqa: BLE001 - logging must never break the run
-            self.handleError(record)
+        if tail is not None:
+            try:
+                # Logging goes to stderr, as a process's would.
+                tail.write(self.format(record) + "\n", True)
+            except Exception:  # noqa: BLE001 - logging must never break the run
+                self.handleError(record)
+        if not _handled_elsewhere(record, self):
+            _last_resort(record)
+
+
+def _handled_elsewhere(record: logging.LogRecord, me: logging.Handler) -> bool:
+    """Whether a handler other than ``me`` is on the way of ``record`` (its logger and,
+    while they propagate, their parents: what ``Logger.callHandlers`` walks)."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(h is not me for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+def _last_resort(record: logging.LogRecord) -> None:
+    """Python prints a record that finds no handler to stderr (``logging.lastResort``,
+    warnings and above): a handler on the root logger counts as one, so without this an
+    embedded app that configured no logging would lose every warning (ours and its
+    own) once a callable had run. Written to the real stream: inside a run the proxy
+    would copy it into the tail a second time."""
+    last = logging.lastResort
+    if last is None or record.levelno < last.level:
+        return
+    stream = sys.stderr
+    if isinstance(stream, _Proxy):
+        stream = stream._inner
+    if stream is None:
+        return
+    try:
+        stream.write(last.format(record) + "\n")
+        stream.flush()
+    except Exception:  # noqa: BLE001 - as logging's own handlers: never raise
+        pass
 
 
 def install() -> None:
