@@ -11,16 +11,18 @@ kills them at :meth:`LoopbackCluster.close`; nothing else is ever signalled.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -46,16 +48,72 @@ class NodeAddrs:
     """Its HTTP API and dashboard address, None: none."""
 
 
+#: Ports handed out on this machine lately, by any process (a file each call locks):
+#: a port is free when it is chosen and taken only when its node binds it, so two
+#: launches at once (parallel test workers, a benchmark beside them) must not be handed
+#: the same one in between. Not handed out again for PORT_HOLD_S.
+PORT_REGISTRY = os.path.join(tempfile.gettempdir(), "raftsched-ports-handed-out")
+PORT_HOLD_S = 600.0
+
+
+@contextlib.contextmanager
+def _handed_out() -> Iterator[dict[int, float]]:
+    """The ports handed out within PORT_HOLD_S (port -> when), held under the registry's
+    lock; what the caller adds is written back. Without a usable registry file: empty."""
+    try:
+        f = open(PORT_REGISTRY, "a+", encoding="ascii")  # noqa: SIM115 - held below
+    except OSError:
+        yield {}
+        return
+    with f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        now = time.time()
+        held: dict[int, float] = {}
+        for line in f.read().split():
+            port, _, at = line.partition("@")
+            with contextlib.suppress(ValueError):
+                if now - float(at) < PORT_HOLD_S:
+                    held[int(port)] = float(at)
+        yield held
+        f.seek(0)
+        f.truncate()
+        f.write("".join(f"{p}@{t:.0f}\n" for p, t in held.items()))
+
+
+def reserve_ports(ports: list[int]) -> bool:
+    """Record ``ports`` as handed out, unless one of them was lately (then False)."""
+    with _handed_out() as held:
+        if any(p in held for p in ports):
+            return False
+        now = time.time()
+        held.update((p, now) for p in ports)
+        return True
+
+
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 right now."""
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
+    """``n`` distinct ports free on 127.0.0.1 right now and not handed out by this
+    function lately (see PORT_REGISTRY)."""
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    with _handed_out() as held:
+        try:
+            for _ in range(50 * n):
+                if len(ports) == n:
+                    break
+                s = socket.socket()
+                socks.append(s)  # kept bound meanwhile: the kernel picks another next
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+                if port not in held and port not in ports:
+                    ports.append(port)
+        finally:
+            for s in socks:
+                s.close()
+        now = time.time()
+        held.update((p, now) for p in ports)
+    if len(ports) < n:
+        raise OSError(f"could not find {n} free ports")
     return ports
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from typing import Any
 
+from raftsched.faces.launcher import reserve_ports
 from tests.support.harness import ROOT, wait_until
 
 _BANNER_PID = re.compile(r"^\s+(n\d)\s+pid (\d+)\s+api ")
@@ -23,20 +24,23 @@ def free_local_base() -> int:
     """A base port P with P+1..3, P+101..103, P+201..203, P+301..303 all free (``local``'s
     layout: Raft, API, metrics, HTTP), below the kernel's ephemeral range so other tests'
     sockets do not take them."""
+    offsets = (1, 2, 3, 101, 102, 103, 201, 202, 203, 301, 302, 303)
     for _ in range(200):
         base = random.randrange(20000, 32000)
         socks = []
         try:
-            for off in (1, 2, 3, 101, 102, 103, 201, 202, 203, 301, 302, 303):
+            for off in offsets:
                 s = socket.socket()
                 socks.append(s)
                 s.bind(("127.0.0.1", base + off))
-            return base
         except OSError:
             continue
         finally:
             for s in socks:
                 s.close()
+        # Another test worker may have picked an overlapping range a moment ago.
+        if reserve_ports([base + off for off in offsets]):
+            return base
     raise RuntimeError("no free port range for raftsched local")
 
 
