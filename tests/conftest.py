@@ -11,11 +11,14 @@ never in the fast loop by mistake.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,10 @@ def tier_of(path: Path) -> str:
 #: Tests that load both cores for a minute or more (a storm of thousands of runs, the
 #: nemesis's network namespaces): one xdist group, so no two of them run at once.
 HEAVY = {"test_nemesis.py", "test_overload.py"}
+#: Tests that must have the machine to themselves: a storm driven past capacity on
+#: purpose, which asserts that no node loses its lease; beside two other workers (and a
+#: loaded CI machine) its nodes were once starved into a self-fence.
+ALONE = {"test_overload.py"}
 #: The order tests are handed to the xdist workers: the heavy group, then the most
 #: expensive tier first, so the long tests do not start last and leave workers idle.
 ORDER = {"heavy": 0, "faults": 1, "cluster": 2, "inprocess": 3, "unit": 4}
@@ -74,6 +81,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("heavy"))
         rank[item.nodeid] = ORDER["heavy" if heavy else tier]
     items.sort(key=lambda item: rank[item.nodeid])
+
+@contextlib.contextmanager
+def _machine_share(alone: bool) -> Iterator[None]:
+    """Under xdist, a test of ALONE waits until no other test runs and keeps the others
+    out while it runs; every other test shares the machine with its peers. Two lock
+    files of this run: the gate (a test of ALONE closes it: no new test enters, so it is
+    not starved) and the room (shared by running tests, exclusive for one of ALONE)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield
+        return
+    base = os.path.join(tempfile.gettempdir(), f"raftsched-xdist-{run}")
+    with open(base + ".gate", "a") as gate, open(base + ".room", "a") as room:
+        if alone:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(room, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(room, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(room, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Outside pytest-timeout's own wrapper: the wait for the machine is not the test's
+    time."""
+    with _machine_share(item.path.name in ALONE):
+        yield
+
 
 # Nodes without a configured secret leave pointers to their generated secret for the
 # local clients (raftsched.wire.secretfile); this run's go to a private temp dir, not
