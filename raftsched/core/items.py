@@ -21,6 +21,8 @@ FINISH_OUTCOMES = frozenset({RunState.succeeded, RunState.failed, RunState.timed
 MISS_OUTCOMES = frozenset({RunState.missed, RunState.skipped, RunState.shed})
 #: Outcomes a leader may impose on an active run.
 DROP_OUTCOMES = frozenset({RunState.shed, RunState.cancelled, RunState.missed})
+#: A state by its wire string: a dict lookup, not an enum call, per decoded item.
+_STATE = {s.value: s for s in RunState}
 
 
 # ---------------------------------------------------------------- items
@@ -181,7 +183,7 @@ def parse_fire(item: list[Any]) -> Fire:
                 or not isinstance(outcome, str) or outcome not in MISS_OUTCOMES
                 or not isinstance(reason, str)):
             return Refused(["miss", job, first], item)
-        return MissFire(job, first, last, count, RunState(outcome), reason)
+        return MissFire(job, first, last, count, _STATE[outcome], reason)
     if kind == "run" and len(item) == 5:
         _, _, sched, node, queued = item
         if (not isinstance(job, str) or not _is_int(sched)
@@ -204,7 +206,7 @@ def parse_drop(item: list[Any]) -> Drop | Refused:
     if (not isinstance(run_id, str) or not isinstance(outcome, str)
             or outcome not in DROP_OUTCOMES or not isinstance(reason, str)):
         return Refused(["drop", run_id], item)
-    return Drop(run_id, RunState(outcome), reason)
+    return Drop(run_id, _STATE[outcome], reason)
 
 
 def parse_next(item: list[Any]) -> Next | Refused:
@@ -228,4 +230,4 @@ def parse_finish(item: list[Any]) -> FinishItem | BadClaim:
             or not (exit_code is None or _is_int(exit_code))
             or not isinstance(tail, str) or not isinstance(reason, str)):
         return BadClaim(run_id, fence, item)
-    return FinishItem(run_id, fence, RunState(outcome), exit_code, tail, reason)
+    return FinishItem(run_id, fence, _STATE[outcome], exit_code, tail, reason)

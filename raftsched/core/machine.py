@@ -96,7 +96,7 @@ class ClusterState(StateData):
                 if seen is not None:
                     self._prepared = None
                     return dict(seen, duplicate=True)
-                return {"ok": False, "error": cmd.error}
+                return {"ok": False, "error": dict(cmd.error)}  # one per reply
             op = cmd.OP
             handler = _HANDLERS[op]
             at = cmd.at

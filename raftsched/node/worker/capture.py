@@ -123,7 +123,11 @@ class _Handler(logging.Handler):
 
 def _handled_elsewhere(record: logging.LogRecord, me: logging.Handler) -> bool:
     """Whether a handler other than ``me`` is on the way of ``record`` (its logger and,
-    while they propagate, their parents: what ``Logger.callHandlers`` walks)."""
+    while they propagate, their parents: what ``Logger.callHandlers`` walks). ``me`` is
+    on the root logger, so the record did reach the root: the root's other handlers
+    first (a node's, one per record at every run's start and end), then the rest."""
+    if any(h is not me for h in logging.root.handlers):
+        return True
     logger: logging.Logger | None = logging.getLogger(record.name)
     while logger is not None:
         if any(h is not me for h in logger.handlers):
