@@ -92,6 +92,15 @@ class StatusView(NamedTuple):
     """The earliest next fire time of any job."""
 
 
+class LoopView(NamedTuple):
+    """What the leader loop needs to choose how long to sleep."""
+
+    next_due_ms: int | None
+    """The earliest next fire time of any unpaused job."""
+    active: int
+    """Runs not yet ended (pending, queued, assigned or started)."""
+
+
 class PausedMark(NamedTuple):
     """A paused job's schedule and high-water mark (what resume's count needs)."""
 
@@ -236,6 +245,11 @@ def removed_members(st: StateData) -> list[str]:
     return sorted(m.node_id for m in st.members.values() if m.status != ACTIVE)
 
 
+def loop_view(st: StateData) -> LoopView:
+    """The next fire time and the active runs, in one read."""
+    return LoopView(st.next_due_ms(), len(st.runs))
+
+
 def status_view(st: StateData) -> StatusView:
     """The replicated half of ``status``."""
     nodes = []
@@ -260,8 +274,8 @@ def notify_default(st: StateData) -> NotifySpec | None:
 
 
 __all__ = [
-    "JobCount", "JobVersion", "MemberState", "NodeHold", "PausedMark", "SpecVersion",
-    "StatusView", "status_view",
+    "JobCount", "JobVersion", "LoopView", "MemberState", "NodeHold", "PausedMark",
+    "SpecVersion", "StatusView", "loop_view", "status_view",
     "active_member_apis", "active_member_count", "alive_nodes", "done_jobs", "job_count",
     "job_count_and", "job_ids", "job_spec", "job_specs", "job_view", "member_ids_by_raft",
     "member_rows", "member_state", "members", "node_api", "node_dead", "node_hold",

@@ -23,9 +23,14 @@ from raftsched.core import lease
 from raftsched.core.commands import LeaderRecord, Release
 from raftsched.core.machine import ClusterState
 from raftsched.node.config.addressbook import AddressBook
-from raftsched.node.leader.leaderloop import DISCONNECT_GRACE_S, LeaderLoop
+from raftsched.node.leader.leaderloop import (
+    DISCONNECT_GRACE_S,
+    HOUSEKEEPING_S,
+    QUIET_HOUSEKEEPING_S,
+    LeaderLoop,
+)
 from raftsched.node.observe.clock import FakeClock
-from tests.support.stateutil import T0, S, hb, ok, put, run_fire
+from tests.support.stateutil import T0, S, finish, hb, ok, put, run_fire, start
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -237,3 +242,29 @@ def test_the_leader_plans_only_on_live_nodes_it_reaches_that_are_not_draining() 
     ldr.loop.lost.clear()
     ok(ldr.raft.st, {"op": "drain", "at": T0, "node": "n3", "draining": True})
     assert live() == ["n1", "n2"]
+
+
+def test_an_idle_leader_looks_less_often_until_a_run_is_active_or_a_peer_is_cut_off() -> None:
+    """Issue 31 item 3: with no run active, nothing needs a 50 ms look (no claim to
+    release); an active run, or a peer cut off and not yet lost, brings it back."""
+    ldr = Leader()
+    st = ldr.raft.st
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S
+    put(st, "j", at=T0 - 5 * S, schedule={"at": "2099-01-01T00:00:00Z"})
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S  # nothing due soon
+    run_fire(st, "j", T0, node="n3", at=T0)
+    assert ldr.loop._idle_delay() == HOUSEKEEPING_S  # a claim is held
+    [run_id] = st.by_node["n3"]
+    fence = st.runs[run_id].fence
+    start(st, "n3", run_id, fence, T0)
+    assert ldr.loop._idle_delay() == HOUSEKEEPING_S  # a run is running
+    finish(st, "n3", run_id, fence, T0 + S)
+    assert not st.runs
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S
+    ldr.raft.connected[ADDR["n3"]] = False
+    ldr.look()
+    assert ldr.loop._idle_delay() == HOUSEKEEPING_S  # cut off, not yet lost
+    ldr.clock.advance(TIMEOUT_S + 0.1)
+    ldr.heartbeat("n2")
+    assert [r.node for r in ldr.look()] == ["n3"]
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S  # lost: nothing left to release

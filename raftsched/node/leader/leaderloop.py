@@ -82,8 +82,14 @@ def seed_command(cfg: ClusterConfig, at: int) -> Member:
 
 #: A Raft connection down this long releases the node's not-yet-started claims.
 DISCONNECT_GRACE_S = 0.05
-#: Liveness is checked at least this often while leading.
+#: Liveness is checked at least this often while leading and a run is active (a
+#: claim a lost node holds is released within this of its verdict).
 HOUSEKEEPING_S = 0.05
+#: ... and this often while no run is active: there is no claim to release, and
+#: whatever gives the loop work (a put, a trigger, a node back, a fire time, a
+#: transfer asked) wakes it or is slept up to. At HOUSEKEEPING_S an idle leader's loop
+#: woke 20 times a second for nothing (issue 31: an idle cluster costs ~nothing).
+QUIET_HOUSEKEEPING_S = 0.5
 #: A follower's loop sleeps this long between looks: the node's role change wakes it
 #: (Node passes it to RaftNode's ``on_state_changed``), so this only bounds a missed
 #: wake. At HOUSEKEEPING_S an idle follower woke 20 times a second for nothing.
@@ -301,9 +307,11 @@ class LeaderLoop:
     def _idle_delay(self) -> float:
         """After a plan that made no progress: until the next job falls due, but at
         least STALL_S when one is due already and could not be planned (no room, or an
-        overlap decided at its fire time): an applied command wakes us sooner."""
-        nxt = self.raft.read(ClusterState.next_due_ms)
-        delay = HOUSEKEEPING_S
+        overlap decided at its fire time): an applied command wakes us sooner. Longer
+        (QUIET_HOUSEKEEPING_S) while no run is active and no peer not yet lost is cut off."""
+        nxt, active = self.raft.read(queries.loop_view)
+        cut_off = any(n not in self.lost for n in self.disc_since)
+        delay = HOUSEKEEPING_S if active or cut_off else QUIET_HOUSEKEEPING_S
         if nxt is not None:
             lead = nxt - self.cfg.timing.lookahead_ms - self.clock.now_ms()
             delay = min(delay, max(lead / 1000, STALL_S))
