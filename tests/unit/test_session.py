@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cryptography.fernet import InvalidToken
 
 from raftsched.core.errors import ProtocolError
 from raftsched.node.replica.compat import derive_fernet
@@ -75,3 +76,24 @@ def test_the_raft_keyring_speaks_pysyncobj_s_format_and_rotates() -> None:
     ring.set([B])  # step 3: A is forgotten
     with pytest.raises(Exception):  # noqa: B017 - cryptography's InvalidToken
         ring.decrypt(plain.encrypt_at_time(b"m", 5))
+
+
+def test_the_keyring_verifies_a_received_token_once_and_still_refuses_a_forged_one() -> None:
+    plain = derive_fernet(A)
+    ring = RaftKeyring([A], derive_fernet)
+    token = plain.encrypt_at_time(b"m", 7)
+    # pysyncobj's order: the timestamp, then the plaintext of that very token.
+    assert ring.extract_timestamp(token) == 7
+    assert ring.decrypt(token) == b"m"
+    other = plain.encrypt_at_time(b"n", 9)
+    assert ring.extract_timestamp(other) == 9
+    assert ring.decrypt(plain.encrypt_at_time(b"o", 9)) == b"o"  # not the cached one
+    assert ring.decrypt(other) == b"n"
+    assert ring.decrypt(other) == b"n"  # decrypted again, the cache taken once
+    forged = token[:-4] + (b"AAAA" if token[-4:] != b"AAAA" else b"BBBB")
+    with pytest.raises(InvalidToken):
+        ring.extract_timestamp(forged)
+    with pytest.raises(InvalidToken):
+        ring.extract_timestamp(derive_fernet(B).encrypt_at_time(b"m", 7))
+    big = plain.encrypt_at_time(b"m", 2**40 + 3)
+    assert ring.extract_timestamp(big) == plain.extract_timestamp(big) == 2**40 + 3
