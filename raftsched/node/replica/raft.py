@@ -231,8 +231,11 @@ class RaftNode:
             bindRetryTime=0.2,
             onStateChanged=self._state_changed,
             # A lone node has no peer replies to wake its poller, so an entry would wait
-            # a whole tick (50 ms) to commit; tick faster instead.
-            autoTickPeriod=0.002 if not peers else 0.05,
+            # a whole tick to commit; tick faster instead. With peers, a message or a
+            # submitted command wakes the poller at once, and what the tick itself
+            # does (the leader's appends, a follower's election deadline) is paced by
+            # the append period: ticking faster than it only burns an idle node's CPU.
+            autoTickPeriod=0.002 if not peers else timing.append_period_ms / 1000,
             # False: no Raft thread; whoever made the replica calls tick() (several
             # replicas in one test thread, each paused by not being ticked).
             autoTick=auto_tick,
