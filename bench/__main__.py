@@ -32,6 +32,15 @@ ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "PROF", "W3F", "DUR", "GROUPS", "ID
 NAMED_ONLY = {"W3F", "DUR", "GROUPS", "IDLE"}
 
 
+
+def _timing_said() -> str:
+    """The ``[timing]`` the clusters ran with, as the report says it."""
+    over = os.environ.get("BENCH_TIMING", "").strip()
+    if over:
+        return (f"`[timing]` from BENCH_TIMING: `{over}` (over the defaults and each "
+                "workload's own).")
+    return "raftsched's default timing."
+
 def _workloads() -> dict[str, list[Callable[[Ctx], Result]]]:
     from bench import durability, groups, idle, profile, w1, w2, w3, w4, w5, w6
     return {"W1": [w1.run_raw, w1.run_w1], "W2": [w2.run_w2], "W3": [w3.run_w3],
@@ -101,7 +110,7 @@ def render(results: list[Result], facts: dict[str, Any], command: str, quick: bo
              f"{', '.join(f'{x:.2f}' for x in facts.get('loadavg_end', ()))}  ",
              f"Platform: {facts['platform']}", "",
              "All clusters: 3 `python -m raftsched node` processes on 127.0.0.1, no cluster "
-             "secret (loopback), `[log] level = \"warning\"`, raftsched's default timing. "
+             "secret (loopback), `[log] level = \"warning\"`, " + _timing_said() + " "
              "The machine is shared and noisy: read the ratios against baselines measured "
              "in this same invocation, not the absolute figures. Nothing here is asserted.",
              ""]

@@ -19,10 +19,23 @@ from typing import Any
 
 from raftsched.faces.launcher import LoopbackCluster, free_ports, json_lines, wait_until
 
-__all__ = ["ROOT", "BenchCluster", "close_all", "free_ports", "json_lines", "now_ms", "track",
-           "wait_until"]
+__all__ = ["ROOT", "BenchCluster", "close_all", "env_timing", "free_ports", "json_lines",
+           "now_ms", "track", "wait_until"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+def env_timing() -> dict[str, str]:
+    """``BENCH_TIMING="lookahead=1s,heartbeat=500ms"``: ``[timing]`` values every bench
+    cluster of this invocation gets on top of its own (an experiment with a setting
+    without editing a workload; the report's command line does not show it, so say so
+    beside the figures)."""
+    raw = os.environ.get("BENCH_TIMING", "").strip()
+    pairs = [p.split("=", 1) for p in raw.split(",") if p.strip()]
+    bad = [p for p in pairs if len(p) != 2 or not p[0].strip() or not p[1].strip()]
+    if bad:
+        raise SystemExit(f"BENCH_TIMING: expected key=value[,key=value...], got {raw!r}")
+    return {k.strip(): v.strip() for k, v in pairs}
+
 
 #: Every cluster not yet closed, so the runner can kill them all on Ctrl-C.
 _LIVE: list[BenchCluster] = []
@@ -69,7 +82,8 @@ class BenchCluster(LoopbackCluster):
             limits["max_jobs"] = max_jobs
         super().__init__(tmp, n, secret_env="", pythonpath=ROOT, cwd=ROOT,
                          env={"BENCH_STAMP_DIR": self.stamp_dir},
-                         allowed_call_prefixes=["bench"], limits=limits, timing=timing or {},
+                         allowed_call_prefixes=["bench"], limits=limits,
+                         timing={**(timing or {}), **env_timing()},
                          log_level=log_level, workers=workers, queue=queue,
                          cluster_extra={"durability": durability} if durability else None)
         _LIVE.append(self)
