@@ -32,7 +32,6 @@ ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "PROF", "W3F", "DUR", "GROUPS", "ID
 NAMED_ONLY = {"W3F", "DUR", "GROUPS", "IDLE"}
 
 
-
 def _timing_said() -> str:
     """The ``[timing]`` the clusters ran with, as the report says it."""
     over = os.environ.get("BENCH_TIMING", "").strip()
@@ -40,6 +39,7 @@ def _timing_said() -> str:
         return (f"`[timing]` from BENCH_TIMING: `{over}` (over the defaults and each "
                 "workload's own).")
     return "raftsched's default timing."
+
 
 def _workloads() -> dict[str, list[Callable[[Ctx], Result]]]:
     from bench import durability, groups, idle, profile, w1, w2, w3, w4, w5, w6

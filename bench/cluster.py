@@ -24,6 +24,7 @@ __all__ = ["ROOT", "BenchCluster", "close_all", "env_timing", "free_ports", "jso
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
 def env_timing() -> dict[str, str]:
     """``BENCH_TIMING="lookahead=1s,heartbeat=500ms"``: ``[timing]`` values every bench
     cluster of this invocation gets on top of its own (an experiment with a setting
