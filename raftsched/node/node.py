@@ -44,6 +44,7 @@ from raftsched.core.effects import (
     TransferAsked,
 )
 from raftsched.core.errors import Conflict, InvalidArgument, RaftschedError
+from raftsched.core.leader import max_lead_ms
 from raftsched.node import datadir
 from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.config.config import (
@@ -176,6 +177,7 @@ class Node:
             allowed_call_prefixes=cfg.allowed_call_prefixes, base_env=base_env,
             on_started=metrics.run_started if metrics is not None else None,
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
+            max_prestart_ms=max_lead_ms(cfg.timing.lookahead_ms) * 4 // 5,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s, clock=self.clock)

@@ -47,8 +47,11 @@ from raftsched.core.leader import (
     LeaderContext,
     PlanInput,
     capacities,
+    lead_ms,
+    max_lead_ms,
     plan_from,
     plan_input,
+    runs_worth_counting,
 )
 from raftsched.core.machine import ClusterState
 from raftsched.node.config.addressbook import AddressBook
@@ -162,6 +165,9 @@ class LeaderLoop:
         self._last_transfer = 0.0
         self.plans = 0
         self.plan_seconds = 0.0
+        #: A big instant whose planning began ahead of the lookahead (core.leader.lead_ms):
+        #: plans reach up to it until it is planned (0: none).
+        self.early_ms = 0
         self._wake = asyncio.Event()
         self._stopping = False
         self._next_done_scan = 0.0
@@ -283,6 +289,7 @@ class LeaderLoop:
             # starts as the config file's (members compare their files at boot).
             await self._commit(seed_command(self.cfg, self.clock.now_ms()))
         self.since_ms, self.since_mono = since, self.clock.monotonic()
+        self.early_ms = 0
         self.admission = Admission(self.since_mono)
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
@@ -309,11 +316,23 @@ class LeaderLoop:
         least STALL_S when one is due already and could not be planned (no room, or an
         overlap decided at its fire time): an applied command wakes us sooner. Longer
         (QUIET_HOUSEKEEPING_S) while no run is active and no peer not yet lost is cut off."""
-        nxt, active = self.raft.read(queries.loop_view)
+        look = self.cfg.timing.lookahead_ms
+        now = self.clock.now_ms()
+        # How big the next instant is, when it is close enough for its size to matter
+        # and its early planning has not begun yet.
+        nxt, active, due_then = self.raft.read(partial(
+            queries.loop_view, count_by_ms=now + max_lead_ms(look),
+            cap=runs_worth_counting(look), skip_ms=self.early_ms))
         cut_off = any(n not in self.lost for n in self.disc_since)
         delay = HOUSEKEEPING_S if active or cut_off else QUIET_HOUSEKEEPING_S
         if nxt is not None:
-            lead = nxt - self.cfg.timing.lookahead_ms - self.clock.now_ms()
+            lead = nxt - lead_ms(look, due_then) - now
+            if nxt <= self.early_ms:
+                lead = min(lead, 0)  # planned early already: what is left could not be
+            elif lead <= 0 and nxt > now + look:
+                # A big instant: its planning begins now, ahead of the lookahead.
+                self.early_ms = nxt
+                return 0.0
             delay = min(delay, max(lead / 1000, STALL_S))
             # Held back by admission control: until the next run may be granted.
             delay = max(delay, min(self.admission.wait_s(self.clock.monotonic()),
@@ -543,9 +562,11 @@ class LeaderLoop:
             live = self._capacities(st, connected)
             for cap in live:
                 cap.load += extra.get(cap.node_id, 0)
-            ctx = LeaderContext(node_id=self.node_id, term=self.term or 0,
-                                now_ms=self.clock.now_ms(),
-                                lookahead_ms=self.cfg.timing.lookahead_ms,
+            now = self.clock.now_ms()
+            # Up to a big instant whose planning began early (_idle_delay), if any.
+            horizon = max(now + self.cfg.timing.lookahead_ms, self.early_ms)
+            ctx = LeaderContext(node_id=self.node_id, term=self.term or 0, now_ms=now,
+                                lookahead_ms=horizon - now,
                                 since_ms=self.since_ms, boot_ms=self.boot_ms, live=live,
                                 budget=budget)
             return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,

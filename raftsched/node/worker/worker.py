@@ -93,7 +93,8 @@ class WorkerPool:
     def __init__(self, *, node_id: str, raft: ReplicaPort, slots: int, output_tail_bytes: int,
                  allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
                  base_env: dict[str, str], on_started: Any = None,
-                 prestart_ms: int = 0, fence_grace_s: float | None = None,
+                 prestart_ms: int = 0, max_prestart_ms: int | None = None,
+                 fence_grace_s: float | None = None,
                  guard: Guard | None = None, lease: Callable[[], float] | None = None,
                  lease_s: float = float("inf"), logs: RunLogs | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -121,6 +122,9 @@ class WorkerPool:
         # A run's start is committed up to this long before its instant, then the
         # worker waits for the instant: commit latency does not become scheduling lag.
         self.prestart_ms = prestart_ms
+        # ... or, for a run the leader assigned further ahead (a big instant: it plans
+        # those early, core.leader.lead_ms), up to 4/5 of how far ahead, at most this.
+        self.max_prestart_ms = max(prestart_ms, max_prestart_ms or prestart_ms)
         self.local: dict[str, LocalRun] = {}
         #: Starts and finishes to the replica (its own part: the finish queue's timing).
         self.commits = WorkerCommits(node_id=node_id, raft=raft, local=self.local,
@@ -314,8 +318,9 @@ class WorkerPool:
                 # as this fire time's run.
                 late.append(loc)
                 continue
-            if loc.start_at_ms > now + self.prestart_ms:
-                next_at = min(next_at, (loc.start_at_ms - self.prestart_ms - now) / 1000)
+            window = self._prestart(loc)
+            if loc.start_at_ms > now + window:
+                next_at = min(next_at, (loc.start_at_ms - window - now) / 1000)
                 continue
             if self.draining:
                 continue  # a stopping node starts nothing new
@@ -340,6 +345,14 @@ class WorkerPool:
             for k in range(0, len(ready), MAX_START_BATCH):
                 self._spawn(self._start_batch(ready[k:k + MAX_START_BATCH]))
         return max(next_at, 0.0)
+
+    def _prestart(self, loc: LocalRun) -> int:
+        """How long before its instant ``loc``'s start may be committed: 4/5 of how far
+        ahead the leader assigned it, so that the starts of an instant planned early
+        for its size are committed early too (a node's share of 5,000 runs takes
+        hundreds of ms to commit), within [prestart_ms, max_prestart_ms]."""
+        ahead = (loc.start_at_ms - loc.due_ms) * 4 // 5 if loc.due_ms else 0
+        return min(max(self.prestart_ms, ahead), self.max_prestart_ms)
 
     # ------------------------------------------------------------ start
 
@@ -402,7 +415,7 @@ class WorkerPool:
 
     def _fire(self, at_ms: int) -> None:
         ahead_ms = at_ms - self.clock.now_ms()
-        if 0 < ahead_ms <= self.prestart_ms + STEPPED_BACK_MS:
+        if 0 < ahead_ms <= self.max_prestart_ms + STEPPED_BACK_MS:
             # Never before the scheduled instant (the loop's clock is not the wall clock).
             asyncio.get_running_loop().call_later(ahead_ms / 1000, self._fire, at_ms)
             return
