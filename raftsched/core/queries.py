@@ -99,9 +99,9 @@ class LoopView(NamedTuple):
     """The earliest next fire time of any unpaused job."""
     active: int
     """Runs not yet ended (pending, queued, assigned or started)."""
-    due_then: int = 0
-    """Jobs due at ``next_due_ms`` not yet planned (counted only when asked, up to the
-    cap asked): how big that instant is."""
+    due_then: int | None = None
+    """Jobs due at ``next_due_ms`` not yet planned, up to the cap asked: how big that
+    instant is (None: not counted)."""
 
 
 class PausedMark(NamedTuple):
@@ -249,13 +249,14 @@ def removed_members(st: StateData) -> list[str]:
 
 
 def loop_view(st: StateData, count_by_ms: int | None = None, cap: int = 0,
-              skip_ms: int = 0) -> LoopView:
+              skip_ms: int | None = None) -> LoopView:
     """The next fire time and the active runs, in one read; and how many jobs are due
     then (at most ``cap``) when the next fire time is no later than ``count_by_ms`` and
-    not ``skip_ms`` (an instant the leader counted already)."""
+    is not ``skip_ms`` (an instant the leader counted already)."""
     nxt = st.next_due_ms()
-    due_then = 0
-    if nxt is not None and count_by_ms is not None and skip_ms < nxt <= count_by_ms:
+    due_then = None
+    if nxt is not None and count_by_ms is not None and nxt <= count_by_ms \
+            and nxt != skip_ms:
         due_then = st.due_count(nxt, cap)
     return LoopView(nxt, len(st.runs), due_then)
 

@@ -127,50 +127,62 @@ def test_a_big_instant_is_planned_early_in_proportion_to_its_size_a_small_one_as
     assert assigned == {T0 - big_lead}
 
 
-def _assigned_ahead(ahead_ms: list[int]) -> tuple[ClusterState, int, list[str]]:
-    """A state where leader n1 assigned itself one run of each hourly job, each
-    ``ahead_ms[i]`` before the shared fire time: (state, fire time, run ids)."""
+def _assigned_ahead(plan: list[tuple[int, int]]) -> tuple[ClusterState, list[int]]:
+    """A state where leader n1 assigned itself run i of hourly job j<i> (its instant
+    ``plan[i][0]`` seconds after the hour) ``plan[i][1]`` ms before that instant:
+    (state, each run's fire time)."""
     st = ClusterState()
     ok(st, {"op": "leader", "at": T0, "node": "n1", "term": 1})
     ok(st, {"op": "heartbeat", "at": T0, "node": "n1", "boot": 1, "slots": 10, "queue": 0,
             "tags": [], "api": ""})
     ok(st, {"op": "put_jobs", "at": T0 - 1, "specs": [
-        {"id": f"j{i}", "schedule": {"every": "1h"}, "command": ["true"]}
-        for i in range(len(ahead_ms))]})
-    [fire] = {r.next_ms for r in st.jobs.values()}
-    for i, ahead in enumerate(ahead_ms):
-        ok(st, {"op": "plan", "at": fire - ahead, "fires": [["run", f"j{i}", fire, "n1",
-                                                              False]]})
-    return st, fire, [f"j{i}@{fire}" for i in range(len(ahead_ms))]
+        {"id": f"j{i}", "schedule": {"every": "1h", "offset": f"{sec}s"}, "command": ["true"]}
+        for i, (sec, _) in enumerate(plan)]})
+    fires = [st.jobs[f"j{i}"].next_ms for i in range(len(plan))]
+    for i, (_, ahead) in enumerate(plan):
+        ok(st, {"op": "plan", "at": fires[i] - ahead,
+                "fires": [["run", f"j{i}", fires[i], "n1", False]]})
+    return st, fires
 
 
-def test_a_worker_commits_the_start_of_a_run_assigned_early_as_early_in_proportion(
+def test_a_worker_commits_the_starts_of_an_instant_planned_early_as_early_in_proportion(
         ) -> None:
-    """4/5 of how far ahead the leader assigned it: 1,000 ms -> 800 ms; 250 ms (the
-    lookahead) -> 200 ms as before; 5 s -> at most 4/5 of the longest lead."""
-    st, fire, (early, usual, far) = _assigned_ahead([1_000, 250, 5_000])
+    """4/5 of how far ahead the instant's first run was assigned here: at 1,000 ms both
+    runs of instant A start from 800 ms ahead (the one assigned only 250 ms ahead too);
+    instant B, assigned at the lookahead, from 200 ms as before; instant C, assigned 5 s
+    ahead, from 4/5 of the longest lead, no sooner."""
+    st, fires = _assigned_ahead([(10, 1_000), (10, 250), (20, 250), (30, 5_000)])
     raft = ApplyingRaft(st)
-    clock = FakeClock(fire - 2_000)
+    clock = FakeClock(fires[0] - 2_000)
     cap = max_lead_ms(LOOKAHEAD) * 4 // 5
-    started: list[tuple[int, list[str]]] = []
+    checks: list[tuple[str, bool]] = []
 
     async def main() -> None:
         pool = WorkerPool(node_id="n1", raft=raft, slots=10,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
                           prestart_ms=LOOKAHEAD * 4 // 5, max_prestart_ms=cap, clock=clock)
         pool._launch = lambda loc, spec: None  # type: ignore[method-assign]
-        for ahead in (cap + 1, cap, 801, 800, 201, 200):
+
+        async def started_at(fire: int, ahead: int) -> set[str]:
             clock.step_wall(fire - ahead - clock.now_ms())
             sent = len(raft.sent)
             pool._step()
             for _ in range(10):
                 await asyncio.sleep(0)
-            started.append((ahead, sorted(i.run_id for c in raft.sent[sent:]
-                                          if isinstance(c, Start) for i in c.items)))
+            return {i.run_id for c in raft.sent[sent:] if isinstance(c, Start)
+                    for i in c.items}
+
+        a, b, c = fires[0], fires[2], fires[3]
+        ra = {f"j0@{a}", f"j1@{a}"}
+        checks.append(("A not at 801", await started_at(a, 801) == set()))
+        checks.append(("A both at 800", await started_at(a, 800) == ra))
+        checks.append(("B not at 201", await started_at(b, 201) == set()))
+        checks.append(("B at 200", await started_at(b, 200) == {f"j2@{b}"}))
+        checks.append(("C not at cap+1", await started_at(c, cap + 1) == set()))
+        checks.append(("C at cap", await started_at(c, cap) == {f"j3@{c}"}))
 
     asyncio.run(main())
-    assert started == [(cap + 1, []), (cap, [far]), (801, []), (800, [early]), (201, []),
-                       (200, [usual])]
+    assert [name for name, good in checks if not good] == []
 
 
 def test_a_start_committed_a_long_lead_early_waits_for_its_instant(monkeypatch) -> None:

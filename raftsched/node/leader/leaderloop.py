@@ -168,6 +168,8 @@ class LeaderLoop:
         #: A big instant whose planning began ahead of the lookahead (core.leader.lead_ms):
         #: plans reach up to it until it is planned (0: none).
         self.early_ms = 0
+        #: The last instant whose size was counted, and its count (counted once).
+        self._counted = (0, 0)
         self._wake = asyncio.Event()
         self._stopping = False
         self._next_done_scan = 0.0
@@ -289,7 +291,7 @@ class LeaderLoop:
             # starts as the config file's (members compare their files at boot).
             await self._commit(seed_command(self.cfg, self.clock.now_ms()))
         self.since_ms, self.since_mono = since, self.clock.monotonic()
-        self.early_ms = 0
+        self.early_ms, self._counted = 0, (0, 0)
         self.admission = Admission(self.since_mono)
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
@@ -318,15 +320,18 @@ class LeaderLoop:
         (QUIET_HOUSEKEEPING_S) while no run is active and no peer not yet lost is cut off."""
         look = self.cfg.timing.lookahead_ms
         now = self.clock.now_ms()
-        # How big the next instant is, when it is close enough for its size to matter
-        # and its early planning has not begun yet.
+        # How big the next instant is, once it is close enough for its size to matter
+        # (counted once per instant: the walk is O(its size) under the lock).
         nxt, active, due_then = self.raft.read(partial(
             queries.loop_view, count_by_ms=now + max_lead_ms(look),
-            cap=runs_worth_counting(look), skip_ms=self.early_ms))
+            cap=runs_worth_counting(look), skip_ms=self._counted[0]))
+        if nxt is not None and due_then is not None:
+            self._counted = (nxt, due_then)
         cut_off = any(n not in self.lost for n in self.disc_since)
         delay = HOUSEKEEPING_S if active or cut_off else QUIET_HOUSEKEEPING_S
         if nxt is not None:
-            lead = nxt - lead_ms(look, due_then) - now
+            size = self._counted[1] if nxt == self._counted[0] else 0
+            lead = nxt - lead_ms(look, size) - now
             if nxt <= self.early_ms:
                 lead = min(lead, 0)  # planned early already: what is left could not be
             elif lead <= 0 and nxt > now + look:

@@ -125,6 +125,9 @@ class WorkerPool:
         # ... or, for a run the leader assigned further ahead (a big instant: it plans
         # those early, core.leader.lead_ms), up to 4/5 of how far ahead, at most this.
         self.max_prestart_ms = max(prestart_ms, max_prestart_ms or prestart_ms)
+        #: Start instant -> the earliest assignment of a run held here for it: how far
+        #: ahead the leader began to plan that instant.
+        self._first_assigned: dict[int, int] = {}
         self.local: dict[str, LocalRun] = {}
         #: Starts and finishes to the replica (its own part: the finish queue's timing).
         self.commits = WorkerCommits(node_id=node_id, raft=raft, local=self.local,
@@ -303,6 +306,12 @@ class WorkerPool:
                 # A newer attempt here while the older still runs (its cancel queued).
                 old.execution.stop(self.kill_grace_s, "a newer attempt of the run began")
             self.local[loc.run_id] = loc
+            if loc.due_ms:
+                first = self._first_assigned.get(loc.start_at_ms, loc.due_ms)
+                self._first_assigned[loc.start_at_ms] = min(first, loc.due_ms)
+        if self._first_assigned:
+            for at in [at for at in self._first_assigned if at < now]:
+                del self._first_assigned[at]
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it.
         busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
@@ -348,10 +357,12 @@ class WorkerPool:
 
     def _prestart(self, loc: LocalRun) -> int:
         """How long before its instant ``loc``'s start may be committed: 4/5 of how far
-        ahead the leader assigned it, so that the starts of an instant planned early
-        for its size are committed early too (a node's share of 5,000 runs takes
-        hundreds of ms to commit), within [prestart_ms, max_prestart_ms]."""
-        ahead = (loc.start_at_ms - loc.due_ms) * 4 // 5 if loc.due_ms else 0
+        ahead the leader began to assign that instant's runs here, so that the starts
+        of an instant planned early for its size are committed early too, also those
+        its last plans assigned (a node's share of 5,000 runs takes hundreds of ms to
+        commit); within [prestart_ms, max_prestart_ms]."""
+        first = self._first_assigned.get(loc.start_at_ms, loc.due_ms)
+        ahead = (loc.start_at_ms - first) * 4 // 5 if first else 0
         return min(max(self.prestart_ms, ahead), self.max_prestart_ms)
 
     # ------------------------------------------------------------ start
