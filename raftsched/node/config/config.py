@@ -68,6 +68,8 @@ DEFAULT_HEARTBEAT_MS = 500  # six per node_timeout: a lost one or two never lose
 #: Runs are assigned this far ahead and their starts committed in the last 4/5 of it,
 #: so commit latency under a burst (~150 ms p99 for 1000 starts at once on 2 cores)
 #: does not become lag; a crashed holder's claim is still released before its instant.
+#: An instant of more runs than that plans in time is planned further ahead, in
+#: proportion (core.leader.lead_ms: up to 8 lookaheads).
 DEFAULT_LOOKAHEAD_MS = 250
 #: Far above LAN round trips, so a dead leader is replaced in well under a second; the
 #: 3x spread keeps split votes rare (docs/architecture.md, election timing).
@@ -133,7 +135,8 @@ class Timing:
 
     node_timeout_ms: a node silent this long is lost; its started runs are released.
     heartbeat_ms: how often a node reports liveness (< node_timeout / 2).
-    lookahead_ms: how far ahead of the due time the leader assigns a run.
+    lookahead_ms: how far ahead of the due time the leader assigns a run (a big instant:
+        further, in proportion to its size, up to 8 lookaheads; core.leader.lead_ms).
     election_timeout_min_ms / election_timeout_max_ms: randomised election window.
     append_period_ms: leader append/heartbeat period (< election_timeout_min / 3).
     connection_timeout_ms: Raft connect timeout (>= election_timeout_max).
