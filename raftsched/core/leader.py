@@ -88,7 +88,13 @@ class LeaderContext:
     :var node_id: the leader's node id.
     :var term: its Raft term.
     :var now_ms: its wall clock, stamped into the plan.
-    :var lookahead_ms: how far ahead of due time runs are assigned.
+    :var lookahead_ms: how far ahead of due time runs are assigned (by this plan: up to
+        a big instant planned early, node/leader/early.py).
+    :var usual_lookahead_ms: the configured lookahead, when ``lookahead_ms`` reaches
+        further (None: it does not). A fire time beyond it whose job has a run not ended
+        (or one made by this plan) waits until it is within, as before, unless the job's
+        overlap is ``allow``: decided early, ``replace`` would cancel, and ``queue``
+        queue behind, a run that has not even started.
     :var since_ms: when it became leader (for miss reasons).
     :var boot_ms: when its process started (for miss reasons).
     :var live: the nodes that may take work.
@@ -104,6 +110,7 @@ class LeaderContext:
     boot_ms: int
     live: tuple[Capacity, ...] = field(default=())
     budget: int = MAX_RUNS_PER_PLAN
+    usual_lookahead_ms: int | None = None
 
 
 def max_lead_ms(lookahead_ms: int) -> int:
@@ -368,10 +375,15 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
             m_outcome = outcome if m.reason == reason else RunState.missed
             items.append(MissFire(spec.id, m.first_ms, m.last_ms, m.count, m_outcome, m.reason))
             hwm = m.last_ms
+        made = False  # a run of this job made by this plan
         for fire in res.run:
             if budget <= 0:
                 # A catch-up of many fire times (``misfire = all``): the rest next plan.
                 blocked = True
+                break
+            if (ctx.usual_lookahead_ms is not None and spec.overlap is not Overlap.allow
+                    and (active or made) and fire > ctx.now_ms + ctx.usual_lookahead_ms):
+                blocked = True  # planned early only without a run to overlap with
                 break
             decision = overlap_decision(spec.overlap, active)
             if decision.action is FireAction.skip and (fire > ctx.now_ms
@@ -397,6 +409,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 # queued, or skipped under policy = skip) and placed when a place frees.
                 budget -= 1
                 items.append(RunFire(spec.id, fire, None, False))
+                made = True
                 if spec.overlap in (Overlap.skip, Overlap.queue):
                     active.append((f"{spec.id}@{fire}", "queued"))
                 hwm = fire
@@ -417,6 +430,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
                 _take_key(keys, key)
             budget -= 1
             items.append(RunFire(spec.id, fire, target.node_id if target else None, queued))
+            made = True
             # A run this plan creates is the job's previous run for the next fire time
             # in the same plan (a catch-up, or a late fire beside an on-time one):
             # under skip/queue the later one is skipped, queued behind it, or decided

@@ -99,9 +99,9 @@ class LoopView(NamedTuple):
     """The earliest next fire time of any unpaused job."""
     active: int
     """Runs not yet ended (pending, queued, assigned or started)."""
-    due_then: int | None = None
-    """Jobs due at ``next_due_ms`` not yet planned, up to the cap asked: how big that
-    instant is (None: not counted)."""
+    instants: dict[int, int] | None = None
+    """Fire time -> jobs due then and not yet planned, for the fire times by the time
+    asked (None: not asked): how big the coming instants are."""
 
 
 class PausedMark(NamedTuple):
@@ -248,17 +248,13 @@ def removed_members(st: StateData) -> list[str]:
     return sorted(m.node_id for m in st.members.values() if m.status != ACTIVE)
 
 
-def loop_view(st: StateData, count_by_ms: int | None = None, cap: int = 0,
-              skip_ms: int | None = None) -> LoopView:
-    """The next fire time and the active runs, in one read; and how many jobs are due
-    then (at most ``cap``) when the next fire time is no later than ``count_by_ms`` and
-    is not ``skip_ms`` (an instant the leader counted already)."""
+def loop_view(st: StateData, count_by_ms: int | None = None, cap: int = 0) -> LoopView:
+    """The next fire time and the active runs, in one read; and, when ``count_by_ms``
+    is given, how many jobs are due at each fire time by then (``cap`` at most)."""
     nxt = st.next_due_ms()
-    due_then = None
-    if nxt is not None and count_by_ms is not None and nxt <= count_by_ms \
-            and nxt != skip_ms:
-        due_then = st.due_count(nxt, cap)
-    return LoopView(nxt, len(st.runs), due_then)
+    instants = None if count_by_ms is None or nxt is None or nxt > count_by_ms \
+        else st.due_counts(count_by_ms, cap)
+    return LoopView(nxt, len(st.runs), instants)
 
 
 def status_view(st: StateData) -> StatusView:

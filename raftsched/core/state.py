@@ -197,16 +197,19 @@ class StateData:
                 first = when
         return first
 
-    def due_count(self, until_ms: int, cap: int) -> int:
-        """How many unpaused jobs are due by ``until_ms`` and not held by plans in flight
-        (parked), counting at most ``cap``. Walks only the heap's entries due by then
-        (and their children): O(cap), not O(jobs), with at most ``4 * cap`` entries
-        looked at when stale ones are many."""
+    def due_counts(self, until_ms: int, cap: int) -> dict[int, int]:
+        """Fire time -> how many unpaused jobs are due then, for the fire times by
+        ``until_ms``, leaving out the jobs held by plans in flight (parked); ``cap``
+        jobs counted at most in all. Walks only the heap's entries due by then (and
+        their children): O(cap), not O(jobs), with at most ``4 * cap`` entries looked
+        at when stale ones or copies (a re-put with the same schedule) are many."""
         due, jobs, parked = self.due, self.jobs, self.due_parked
-        n = looked = 0
+        out: dict[int, int] = {}
+        seen: set[str] = set()
+        looked = 0
         stack = [0] if due else []
         size = len(due)
-        while stack and n < cap and looked < 4 * cap:
+        while stack and len(seen) < cap and looked < 4 * cap:
             i = stack.pop()
             looked += 1
             entry = due[i]
@@ -215,12 +218,13 @@ class StateData:
                 continue  # nor is any entry below it
             rec = jobs.get(job_id)
             if (rec is not None and rec.next_ms == when and not rec.spec.paused
-                    and parked.get(job_id) != entry):
-                n += 1
+                    and job_id not in seen and parked.get(job_id) != entry):
+                seen.add(job_id)
+                out[when] = out.get(when, 0) + 1
             for child in (2 * i + 1, 2 * i + 2):
                 if child < size:
                     stack.append(child)
-        return n
+        return out
 
     def active_on(self, node_id: str) -> list[RunRecord]:
         return self.table.active_on(node_id)

@@ -19,6 +19,8 @@ from raftsched.core import leader as core_leader
 from raftsched.core.commands import RunFire, Start
 from raftsched.core.leader import lead_ms, max_lead_ms
 from raftsched.core.machine import ClusterState
+from raftsched.core.trigger import jitter_ms
+from raftsched.node.leader.early import EarlyPlanning
 from raftsched.node.observe.clock import FakeClock
 from raftsched.node.worker.worker import WorkerPool
 from tests.support.stateutil import ok
@@ -44,9 +46,10 @@ def test_the_lead_grows_with_the_instant_from_the_lookahead_to_its_cap(
 
 
 @given(data=hst.data())
-def test_the_due_count_is_the_unplanned_unpaused_jobs_due_by_then(data: Any) -> None:
-    """The heap walk counts what a scan of every job counts, with stale entries (jobs
-    put again with a later schedule), paused jobs and jobs parked by plans in flight."""
+def test_the_due_counts_are_the_unplanned_unpaused_jobs_due_by_then(data: Any) -> None:
+    """The heap walk counts what a scan of every job counts, fire time by fire time,
+    with stale entries (jobs put again with another schedule), copies of valid ones
+    (put again with the same schedule), paused jobs and jobs parked by plans in flight."""
     n = data.draw(hst.integers(1, 60))
     st = ClusterState()
     periods = data.draw(hst.lists(hst.sampled_from([1, 2, 5, 10, 60]), min_size=n,
@@ -58,6 +61,11 @@ def test_the_due_count_is_the_unplanned_unpaused_jobs_due_by_then(data: Any) -> 
         # A re-put moves the job's next fire time: its old heap entry goes stale.
         ok(st, {"op": "put_job", "at": T0 + S, "spec": {
             "id": f"j{i}", "schedule": {"every": "30s"}, "command": ["true"]}})
+    for i in data.draw(hst.sets(hst.integers(0, n - 1), max_size=n)):
+        # One with the same schedule (a new command) pushes a second valid entry.
+        ok(st, {"op": "put_job", "at": T0 + S, "spec": {
+            "id": f"j{i}", "schedule": st.jobs[f"j{i}"].spec.schedule.to_spec(),
+            "command": ["false"]}})
     for i in data.draw(hst.sets(hst.integers(0, n - 1), max_size=3)):
         ok(st, {"op": "pause", "at": T0 + S, "job": f"j{i}"})
     until = T0 + data.draw(hst.integers(0, 40)) * S
@@ -66,12 +74,16 @@ def test_the_due_count_is_the_unplanned_unpaused_jobs_due_by_then(data: Any) -> 
     read = data.draw(hst.integers(0, 5))
     skip = data.draw(hst.sets(hst.sampled_from(sorted(st.jobs)), max_size=5))
     st.due_jobs(until, read, skip=skip)
-    want = sum(1 for j, r in st.jobs.items()
-               if r.next_ms is not None and r.next_ms <= until and not r.spec.paused
-               and j not in st.due_parked)
-    assert st.due_count(until, 10 ** 6) == want
+    want: dict[int, int] = {}
+    for j, r in st.jobs.items():
+        if r.next_ms is not None and r.next_ms <= until and not r.spec.paused \
+                and j not in st.due_parked:
+            want[r.next_ms] = want.get(r.next_ms, 0) + 1
+    assert st.due_counts(until, 10 ** 6) == want
     # A small cap: never more than it (stale entries may end the walk sooner).
-    assert st.due_count(until, 3) <= min(want, 3)
+    small = st.due_counts(until, 3)
+    assert sum(small.values()) <= min(sum(want.values()), 3)
+    assert all(n <= want[at] for at, n in small.items())
 
 
 def _planned_at(h: Harness) -> dict[int, int]:
@@ -101,10 +113,10 @@ def test_a_big_instant_is_planned_early_in_proportion_to_its_size_a_small_one_as
         assert not await h.plan()
         h.clock.step_wall(2 * S - big_lead - 100)
         assert not await h.plan()
-        assert loop._idle_delay() == pytest.approx(0.1) and loop.early_ms == 0
+        assert loop._idle_delay() == pytest.approx(0.1) and loop.early.early_ms == 0
         h.clock.step_wall(100)
         # Its lead reached: planning begins now, and the plans reach the instant.
-        assert loop._idle_delay() == 0.0 and loop.early_ms == T0
+        assert loop._idle_delay() == 0.0 and loop.early.early_ms == T0
         await h.drain()
         assert _planned_at(h) == {T0: big}
         # The small instant 30 s on: planned at its lookahead, as before.
@@ -113,7 +125,7 @@ def test_a_big_instant_is_planned_early_in_proportion_to_its_size_a_small_one_as
         assert not await h.plan()
         h.clock.advance((2 * S - LOOKAHEAD - 100) / 1000)
         assert not await h.plan()
-        assert loop._idle_delay() == pytest.approx(0.1) and loop.early_ms == T0
+        assert loop._idle_delay() == pytest.approx(0.1) and loop.early.early_ms == T0
         h.clock.advance(0.099)
         assert not await h.plan()
         h.clock.advance(0.001)
@@ -127,7 +139,96 @@ def test_a_big_instant_is_planned_early_in_proportion_to_its_size_a_small_one_as
     assert assigned == {T0 - big_lead}
 
 
-def _assigned_ahead(plan: list[tuple[int, int]]) -> tuple[ClusterState, list[int]]:
+def test_a_big_instant_begins_at_its_lead_though_a_smaller_fire_time_comes_first() -> None:
+    """A job firing 200 ms before the big instant is the next fire time when the big
+    one's lead (500 ms) comes: the big instant's planning begins all the same (the
+    coming instants are counted, not only the next)."""
+    big = 2_000
+    jobs = [(f"b{i:04d}", {"cron": "* * * * *", "tz": "UTC"}) for i in range(big)]
+    jobs += [("tick", {"every": "1s", "offset": "800ms"})]  # ..., T0 - 200, T0 + 800
+    h = Harness(cluster(jobs, slots=10_000))
+    h.clock.step_wall(T0 - 700 - h.clock.now_ms())
+
+    async def main() -> None:
+        await h.drain()  # the tick of T0 - 1,200 (late, within its grace)
+        h.clock.advance(0.2)  # T0 - 500: the big instant's lead
+        assert h.st.next_due_ms() == T0 - 200
+        assert h.loop._idle_delay() == 0.0 and h.loop.early.early_ms == T0
+        await h.drain()
+        h.clock.advance(0.1)  # (admission grants ~2,000 at once: the rest now)
+        await h.drain()
+
+    asyncio.run(main())
+    assert _planned_at(h) == {T0 - 1_200: 1, T0 - 200: 1, T0: big}
+
+
+def test_an_early_plan_never_decides_an_overlap_against_a_run_not_yet_started() -> None:
+    """``overlap = replace``, every second, beside a big instant planned 500 ms early:
+    its fire at the instant waits for the usual lookahead (its previous run, of a
+    second before, has not even started when the early planning begins), and nothing
+    of it is cancelled before it ran."""
+    big = 2_000
+    jobs = [(f"b{i:04d}", {"cron": "* * * * *", "tz": "UTC"}) for i in range(big)]
+    h = Harness(cluster(jobs, slots=10_000))
+    ok(h.st, {"op": "put_job", "at": T0 - 1_100, "spec": {
+        "id": "r", "schedule": {"every": "1s"}, "command": ["true"], "overlap": "replace"}})
+    h.st.take_effects()
+    h.clock.step_wall(T0 - 1_000 - LOOKAHEAD - h.clock.now_ms())
+
+    def r_fires() -> list[int]:
+        return sorted(f.scheduled_ms for p in h.raft.plans for f in p.fires
+                      if isinstance(f, RunFire) and f.job == "r")
+
+    async def plan_all() -> None:
+        """Plan and commit until nothing more is planned; nothing runs meanwhile."""
+        for _ in range(1000):
+            if await h.plan():
+                continue
+            if not h.raft.queue:
+                return
+            while h.raft.queue:
+                h.raft.commit()
+            await h.settle()
+
+    async def main() -> None:
+        await plan_all()  # r's fire of T0 - 1 s, at its lookahead (not run yet)
+        assert r_fires() == [T0 - S]
+        h.clock.advance((1_000 + LOOKAHEAD - 500) / 1000)  # T0 - 500: the big one's lead
+        assert h.loop._idle_delay() == 0.0 and h.loop.early.early_ms == T0
+        await plan_all()
+        h.clock.advance(0.05)  # (admission grants ~2,000 at once: the rest now)
+        await plan_all()
+        assert _planned_at(h)[T0] == big  # every other job of the instant, early
+        assert r_fires() == [T0 - S]  # held: its run of T0 - 1 s is only assigned
+        assert h.st.runs[f"r@{T0 - S}"].state == "assigned"
+        h.run_all()
+        h.clock.advance((500 - LOOKAHEAD) / 1000)
+        await h.drain()
+        assert r_fires() == [T0 - S, T0]
+
+    asyncio.run(main())
+    dropped = [d for p in h.raft.plans for d in p.drop if d.run_id.startswith("r@")]
+    assert dropped == []
+    assert _planned_at(h)[T0] == big + 1
+
+
+def test_an_early_horizon_never_reaches_past_the_longest_lead() -> None:
+    early = EarlyPlanning(LOOKAHEAD)
+    early.counted({T0: 10_000}, mono=1.0)
+    assert early.begin(T0 - max_lead_ms(LOOKAHEAD) - 1) == (False, 1)
+    assert early.begin(T0 - max_lead_ms(LOOKAHEAD)) == (True, None)
+    assert early.horizon(T0 - 1_000) == T0
+    # The wall clock stepped back 10 s: the plans reach no further than the longest lead.
+    assert early.horizon(T0 - 10_000) == T0 - 10_000 + max_lead_ms(LOOKAHEAD)
+    # A small instant needs no early start; a lookahead of 0 counts nothing.
+    small = EarlyPlanning(LOOKAHEAD)
+    small.counted({T0: 4 * LOOKAHEAD}, mono=1.0)
+    assert small.begin(T0 - LOOKAHEAD - 1) == (False, None)
+    assert EarlyPlanning(0).count_by(5.0, T0) is None
+
+
+def _assigned_ahead(plan: list[tuple[int, int]], jitter: str = "0s"
+                    ) -> tuple[ClusterState, list[int]]:
     """A state where leader n1 assigned itself run i of hourly job j<i> (its instant
     ``plan[i][0]`` seconds after the hour) ``plan[i][1]`` ms before that instant:
     (state, each run's fire time)."""
@@ -136,8 +237,8 @@ def _assigned_ahead(plan: list[tuple[int, int]]) -> tuple[ClusterState, list[int
     ok(st, {"op": "heartbeat", "at": T0, "node": "n1", "boot": 1, "slots": 10, "queue": 0,
             "tags": [], "api": ""})
     ok(st, {"op": "put_jobs", "at": T0 - 1, "specs": [
-        {"id": f"j{i}", "schedule": {"every": "1h", "offset": f"{sec}s"}, "command": ["true"]}
-        for i, (sec, _) in enumerate(plan)]})
+        {"id": f"j{i}", "schedule": {"every": "1h", "offset": f"{sec}s"}, "command": ["true"],
+         "jitter": jitter} for i, (sec, _) in enumerate(plan)]})
     fires = [st.jobs[f"j{i}"].next_ms for i in range(len(plan))]
     for i, (_, ahead) in enumerate(plan):
         ok(st, {"op": "plan", "at": fires[i] - ahead,
@@ -185,24 +286,30 @@ def test_a_worker_commits_the_starts_of_an_instant_planned_early_as_early_in_pro
     assert [name for name, good in checks if not good] == []
 
 
-def test_a_start_committed_a_long_lead_early_waits_for_its_instant(monkeypatch) -> None:
-    """The start timer of a run started 1.5 s ahead is not mistaken for a wall clock
-    stepped back (which begins the run at once): it waits for the instant."""
-    begun: list[str] = []
+def test_a_jittered_run_of_a_small_instant_is_started_as_before() -> None:
+    """Its window is its instant's (200 ms, assigned at the lookahead), counted back from
+    its jittered start: the jitter does not widen it."""
+    st, (fire,) = _assigned_ahead([(10, LOOKAHEAD)], jitter="5s")
+    start = fire + jitter_ms("j0", fire, 5_000)
+    assert start > fire + LOOKAHEAD  # this job's jitter (deterministic) is long enough
+    raft = ApplyingRaft(st)
+    clock = FakeClock(fire - 2_000)
+    seen: list[set[str]] = []
 
     async def main() -> None:
-        at = 1_000_000_000
-        clock = FakeClock(at - 1_500)
-        pool = WorkerPool(node_id="n1", raft=ApplyingRaft(ClusterState()), slots=4,  # type: ignore[arg-type]
+        pool = WorkerPool(node_id="n1", raft=raft, slots=10,  # type: ignore[arg-type]
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
-                          prestart_ms=200, max_prestart_ms=1_600, clock=clock)
-        monkeypatch.setattr(pool, "_held_started", lambda group: frozenset())
-        monkeypatch.setattr(pool, "_begin", lambda loc, *_, **__: begun.append(loc))
-        pool._at[at] = ["early"]  # type: ignore[list-item]
-        pool._fire(at)
-        assert begun == [] and at in pool._at  # held for its instant
-        clock.step_wall(1_500)
-        pool._fire(at)
-        assert begun == ["early"]
+                          prestart_ms=LOOKAHEAD * 4 // 5,
+                          max_prestart_ms=max_lead_ms(LOOKAHEAD) * 4 // 5, clock=clock)
+        pool._launch = lambda loc, spec: None  # type: ignore[method-assign]
+        for ahead in (201, 200):
+            clock.step_wall(start - ahead - clock.now_ms())
+            sent = len(raft.sent)
+            pool._step()
+            for _ in range(10):
+                await asyncio.sleep(0)
+            seen.append({i.run_id for c in raft.sent[sent:] if isinstance(c, Start)
+                         for i in c.items})
 
     asyncio.run(main())
+    assert seen == [set(), {f"j0@{fire}"}]

@@ -47,15 +47,13 @@ from raftsched.core.leader import (
     LeaderContext,
     PlanInput,
     capacities,
-    lead_ms,
-    max_lead_ms,
     plan_from,
     plan_input,
-    runs_worth_counting,
 )
 from raftsched.core.machine import ClusterState
 from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.admission import Admission, AdmissionStatistics
+from raftsched.node.leader.early import EarlyPlanning
 from raftsched.node.leader.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
@@ -165,11 +163,8 @@ class LeaderLoop:
         self._last_transfer = 0.0
         self.plans = 0
         self.plan_seconds = 0.0
-        #: A big instant whose planning began ahead of the lookahead (core.leader.lead_ms):
-        #: plans reach up to it until it is planned (0: none).
-        self.early_ms = 0
-        #: The last instant whose size was counted, and its count (counted once).
-        self._counted = (0, 0)
+        #: The coming instants' sizes, and the big one planned early (early.py).
+        self.early = EarlyPlanning(cfg.timing.lookahead_ms)
         self._wake = asyncio.Event()
         self._stopping = False
         self._next_done_scan = 0.0
@@ -291,7 +286,7 @@ class LeaderLoop:
             # starts as the config file's (members compare their files at boot).
             await self._commit(seed_command(self.cfg, self.clock.now_ms()))
         self.since_ms, self.since_mono = since, self.clock.monotonic()
-        self.early_ms, self._counted = 0, (0, 0)
+        self.early = EarlyPlanning(self.cfg.timing.lookahead_ms)
         self.admission = Admission(self.since_mono)
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
@@ -318,26 +313,21 @@ class LeaderLoop:
         least STALL_S when one is due already and could not be planned (no room, or an
         overlap decided at its fire time): an applied command wakes us sooner. Longer
         (QUIET_HOUSEKEEPING_S) while no run is active and no peer not yet lost is cut off."""
-        look = self.cfg.timing.lookahead_ms
-        now = self.clock.now_ms()
-        # How big the next instant is, once it is close enough for its size to matter
-        # (counted once per instant: the walk is O(its size) under the lock).
-        nxt, active, due_then = self.raft.read(partial(
-            queries.loop_view, count_by_ms=now + max_lead_ms(look),
-            cap=runs_worth_counting(look), skip_ms=self._counted[0]))
-        if nxt is not None and due_then is not None:
-            self._counted = (nxt, due_then)
+        now, mono, early = self.clock.now_ms(), self.clock.monotonic(), self.early
+        nxt, active, instants = self.raft.read(partial(
+            queries.loop_view, count_by_ms=early.count_by(mono, now), cap=early.cap))
+        early.counted(instants, mono)
         cut_off = any(n not in self.lost for n in self.disc_since)
         delay = HOUSEKEEPING_S if active or cut_off else QUIET_HOUSEKEEPING_S
         if nxt is not None:
-            size = self._counted[1] if nxt == self._counted[0] else 0
-            lead = nxt - lead_ms(look, size) - now
-            if nxt <= self.early_ms:
-                lead = min(lead, 0)  # planned early already: what is left could not be
-            elif lead <= 0 and nxt > now + look:
-                # A big instant: its planning begins now, ahead of the lookahead.
-                self.early_ms = nxt
-                return 0.0
+            began, wait_ms = early.begin(now)
+            if began:
+                return 0.0  # a big instant: its planning begins now (early.py)
+            # (A job of an instant planned early left due was held back for want of room
+            # or for its overlap: an applied command, or the lookahead, brings it.)
+            lead = nxt - self.cfg.timing.lookahead_ms - now
+            if wait_ms is not None:
+                lead = min(lead, wait_ms)
             delay = min(delay, max(lead / 1000, STALL_S))
             # Held back by admission control: until the next run may be granted.
             delay = max(delay, min(self.admission.wait_s(self.clock.monotonic()),
@@ -568,10 +558,11 @@ class LeaderLoop:
             for cap in live:
                 cap.load += extra.get(cap.node_id, 0)
             now = self.clock.now_ms()
-            # Up to a big instant whose planning began early (_idle_delay), if any.
-            horizon = max(now + self.cfg.timing.lookahead_ms, self.early_ms)
+            # Up to a big instant whose planning began early (early.py), if any.
+            horizon = self.early.horizon(now)
             ctx = LeaderContext(node_id=self.node_id, term=self.term or 0, now_ms=now,
                                 lookahead_ms=horizon - now,
+                                usual_lookahead_ms=self.cfg.timing.lookahead_ms,
                                 since_ms=self.since_ms, boot_ms=self.boot_ms, live=live,
                                 budget=budget)
             return ctx, plan_input(st, ctx.now_ms + ctx.lookahead_ms, skip_jobs=skip_jobs,

@@ -125,7 +125,7 @@ class WorkerPool:
         # ... or, for a run the leader assigned further ahead (a big instant: it plans
         # those early, core.leader.lead_ms), up to 4/5 of how far ahead, at most this.
         self.max_prestart_ms = max(prestart_ms, max_prestart_ms or prestart_ms)
-        #: Start instant -> the earliest assignment of a run held here for it: how far
+        #: Fire time -> the earliest assignment of a run held here for it: how far
         #: ahead the leader began to plan that instant.
         self._first_assigned: dict[int, int] = {}
         self.local: dict[str, LocalRun] = {}
@@ -307,8 +307,8 @@ class WorkerPool:
                 old.execution.stop(self.kill_grace_s, "a newer attempt of the run began")
             self.local[loc.run_id] = loc
             if loc.due_ms:
-                first = self._first_assigned.get(loc.start_at_ms, loc.due_ms)
-                self._first_assigned[loc.start_at_ms] = min(first, loc.due_ms)
+                first = self._first_assigned.get(loc.scheduled_ms, loc.due_ms)
+                self._first_assigned[loc.scheduled_ms] = min(first, loc.due_ms)
         if self._first_assigned:
             for at in [at for at in self._first_assigned if at < now]:
                 del self._first_assigned[at]
@@ -361,8 +361,10 @@ class WorkerPool:
         of an instant planned early for its size are committed early too, also those
         its last plans assigned (a node's share of 5,000 runs takes hundreds of ms to
         commit); within [prestart_ms, max_prestart_ms]."""
-        first = self._first_assigned.get(loc.start_at_ms, loc.due_ms)
-        ahead = (loc.start_at_ms - first) * 4 // 5 if first else 0
+        # Of the fire time, not of the start (a jittered run starts later: its window
+        # is the instant's, as before, not widened by its jitter).
+        first = self._first_assigned.get(loc.scheduled_ms, loc.due_ms)
+        ahead = (loc.scheduled_ms - first) * 4 // 5 if first else 0
         return min(max(self.prestart_ms, ahead), self.max_prestart_ms)
 
     # ------------------------------------------------------------ start
@@ -426,7 +428,7 @@ class WorkerPool:
 
     def _fire(self, at_ms: int) -> None:
         ahead_ms = at_ms - self.clock.now_ms()
-        if 0 < ahead_ms <= self.max_prestart_ms + STEPPED_BACK_MS:
+        if 0 < ahead_ms <= self.prestart_ms + STEPPED_BACK_MS:
             # Never before the scheduled instant (the loop's clock is not the wall clock).
             asyncio.get_running_loop().call_later(ahead_ms / 1000, self._fire, at_ms)
             return
