@@ -52,13 +52,12 @@ MAX_CATCHUP_JOBS_PER_PLAN = 48
 #: its first second; skipping sooner skipped the fire after every failover.
 SETTLE_MS = 1500
 #: An instant of many fire times is planned early in proportion to its size: its
-#: planning begins ``runs / EARLY_RUNS_PER_MS`` ms ahead, never less than the
-#: lookahead, so an instant of up to ``2 x lookahead`` runs is planned as before. A
-#: cluster on 2 cores plans, commits and starts some 5,000 runs a second, besides the
-#: finishes of the instant before; W5's minute boundary holds 5,208 runs: at 250 ms the
-#: last of them were assigned and started after their instant (lag p99 ~500 ms), at 4
-#: per ms (1.3 s) still ~1 % of its fire times (lag(start rec) p99 72-92 ms).
-EARLY_RUNS_PER_MS = 2
+#: planning begins ``runs / EARLY_RUNS_PER_MS`` ms ahead (a leader on 2 cores plans,
+#: commits and has started some 5,000 runs a second; 4 per ms leaves it room), never
+#: less than the lookahead, so an instant of up to ``4 x lookahead`` runs is planned as
+#: before. W5's minute boundaries hold 5,208 runs: at 250 ms the last of them were
+#: assigned and started after their instant (lag p99 ~500 ms).
+EARLY_RUNS_PER_MS = 4
 #: ... and never more than this many lookaheads ahead (2 s at the default 250 ms): a
 #: claim, and its node's slot, is held from its assignment on.
 MAX_EARLY_LOOKAHEADS = 8
