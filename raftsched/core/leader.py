@@ -52,11 +52,12 @@ MAX_CATCHUP_JOBS_PER_PLAN = 48
 #: its first second; skipping sooner skipped the fire after every failover.
 SETTLE_MS = 1500
 #: An instant of many fire times is planned early in proportion to its size: its
-#: planning begins ``runs / EARLY_RUNS_PER_MS`` ms ahead (a leader on 2 cores plans,
-#: commits and has started some 5,000 runs a second; 4 per ms leaves it room), never
+#: planning begins ``runs / EARLY_RUNS_PER_MS`` ms ahead (W5 planned its 5,208-run
+#: instant at ~5 per ms, on 2 cores beside the starts; 4 per ms leaves it room), never
 #: less than the lookahead, so an instant of up to ``4 x lookahead`` runs is planned as
-#: before. W5's minute boundaries hold 5,208 runs: at 250 ms the last of them were
-#: assigned and started after their instant (lag p99 ~500 ms).
+#: before. At 250 ms the last of those 5,208 were assigned and started after their
+#: instant (lag p99 ~500 ms). (A longer lead does not help what exceeds the nodes'
+#: slots: a start holds a slot, so those wait for one after the instant.)
 EARLY_RUNS_PER_MS = 4
 #: ... and never more than this many lookaheads ahead (2 s at the default 250 ms): a
 #: claim, and its node's slot, is held from its assignment on.
