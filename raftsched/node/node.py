@@ -178,6 +178,7 @@ class Node:
             on_started=metrics.run_started if metrics is not None else None,
             prestart_ms=cfg.timing.lookahead_ms * 4 // 5,
             max_prestart_ms=max_lead_ms(cfg.timing.lookahead_ms) * 4 // 5,
+            start_limit=self.me.workers + self.me.queue,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
             lease=lambda: self.liveness.lease_base, lease_s=fence_after_s, clock=self.clock)

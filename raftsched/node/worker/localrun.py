@@ -19,7 +19,10 @@ class Phase(enum.Enum):
     WAITING = "waiting"
     #: Its start is being committed (the spawn gate passed, the process not yet up).
     STARTING = "starting"
-    #: Executing.
+    #: Started in the cluster; waiting for its instant (a start committed ahead) or,
+    #: past it, for a free slot (an instant bigger than the slots).
+    STARTED = "started"
+    #: Executing (it holds a slot).
     RUNNING = "running"
     #: Ended here; its finish is being committed (or it was taken away).
     FINISHING = "finishing"
@@ -28,7 +31,7 @@ class Phase(enum.Enum):
 @dataclass(slots=True, kw_only=True)
 class LocalRun:
     """A run this node holds a claim on, as its worker pool tracks it (its phase moves
-    waiting -> starting -> running -> finishing; ``execution`` while it runs)."""
+    waiting -> starting -> started -> running -> finishing; ``execution`` from started)."""
 
     run_id: str
     fence: int

@@ -2,9 +2,12 @@
 
 For each run assigned here it waits for the scheduled instant (plus jitter), commits
 ``start`` with the run's fence — batched with every other run starting now — and
-executes only the starts the cluster accepted. Outcomes are committed back in
-batched ``finish`` commands. A run waiting for a slot past its grace is reported
-``shed``; a run the cluster cancels is killed; when this node's lease runs out (no
+executes only the starts the cluster accepted. A start is committed ahead of its
+instant also beyond the free slots (up to the slots plus the queue: a big instant,
+planned early): such a run is started in the cluster and, past its instant, waits here
+for a slot, so that its process begins as soon as one frees, with no commit between.
+Outcomes are committed back in batched ``finish`` commands. A run waiting for a slot
+past its grace is reported ``shed``; a run the cluster cancels is killed; when this node's lease runs out (no
 heartbeat acknowledged for half the node timeout) it stops its own runs, so a run
 the leader releases after the lease's end (:mod:`raftsched.core.lease`) is never
 executing twice.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,8 +66,8 @@ class WorkerStatistics:
     """A snapshot of the pool.
 
     :var slots: worker slots.
-    :var busy: runs executing.
-    :var waiting: runs assigned here and waiting (for their instant or a slot).
+    :var busy: runs executing (or their start being committed).
+    :var waiting: runs held here and waiting (for their instant or a slot).
     :var started: runs started since boot.
     :var rejected_starts: starts the cluster refused (stale fence).
     :var shed: runs this node shed for lack of a slot.
@@ -94,7 +98,7 @@ class WorkerPool:
                  allowed_call_prefixes: tuple[str, ...] | None, kill_grace_s: float = 2.0,
                  base_env: dict[str, str], on_started: Any = None,
                  prestart_ms: int = 0, max_prestart_ms: int | None = None,
-                 fence_grace_s: float | None = None,
+                 start_limit: int | None = None, fence_grace_s: float | None = None,
                  guard: Guard | None = None, lease: Callable[[], float] | None = None,
                  lease_s: float = float("inf"), logs: RunLogs | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -125,6 +129,15 @@ class WorkerPool:
         # ... or, for a run the leader assigned further ahead (a big instant: it plans
         # those early, core.leader.lead_ms), up to 4/5 of how far ahead, at most this.
         self.max_prestart_ms = max(prestart_ms, max_prestart_ms or prestart_ms)
+        #: How many runs may hold a start here at once, counting those committed ahead
+        #: of their instant (the node's slots plus its queue: what the leader may place
+        #: here). At or past its instant, a run's start needs a free slot.
+        self.start_limit = max(slots, start_limit or slots)
+        #: (run id, fence) of the runs executing: each holds one of the slots.
+        self._running: set[tuple[str, int]] = set()
+        #: Started runs past their instant waiting for a slot, oldest first (_pump).
+        self._slot_q: deque[LocalRun] = deque()
+        self._pump_soon = False
         #: Fire time -> the earliest assignment of a run held here for it: how far
         #: ahead the leader began to plan that instant.
         self._first_assigned: dict[int, int] = {}
@@ -194,8 +207,7 @@ class WorkerPool:
             flusher.cancel()
 
     def _busy(self) -> list[LocalRun]:
-        return [loc for loc in self.local.values()
-                if loc.phase in (Phase.STARTING, Phase.RUNNING, Phase.FINISHING)]
+        return [loc for loc in self.local.values() if loc.phase in _BUSY]
 
     async def drain(self, timeout_s: float) -> None:
         """A stopping node's first step: start nothing new (the node's heartbeats say
@@ -213,13 +225,15 @@ class WorkerPool:
         events.emit("node.draining", node=self.node_id, runs=len(running),
                     timeout_ms=int(timeout_s * 1000))
         while not self._hurry.is_set() and loop.time() < deadline and any(
-                loc.phase in (Phase.STARTING, Phase.RUNNING) for loc in self._busy()):
+                loc.phase in _HELD for loc in self._busy()):
             try:
                 await asyncio.wait_for(self._hurry.wait(), min(0.02, deadline - loop.time()))
             except TimeoutError:
                 pass
+        # A started run not yet executing (waiting for its instant or a slot) is
+        # stopped too: it begins as lost.
         left = [loc for loc in self.local.values()
-                if loc.phase == Phase.RUNNING and loc.execution is not None]
+                if loc.phase in (Phase.STARTED, Phase.RUNNING) and loc.execution is not None]
         for loc in left:
             loc.execution.stop(self.kill_grace_s, "node stopping")  # type: ignore[union-attr]
         # Their outcomes (lost, or what a killed process reported) and every finish
@@ -312,10 +326,11 @@ class WorkerPool:
         if self._first_assigned:
             for at in [at for at in self._first_assigned if at < now]:
                 del self._first_assigned[at]
+        if self._slot_q:
+            self._shed_queued(now)
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it.
-        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
-        free = self.slots - busy
+        held = sum(1 for loc in self.local.values() if loc.phase in _HELD)
         ready: list[LocalRun] = []
         shed: list[LocalRun] = []
         next_at: float = 0.5
@@ -333,9 +348,13 @@ class WorkerPool:
                 continue
             if self.draining:
                 continue  # a stopping node starts nothing new
-            if free > 0:
+            # Ahead of its instant a start may be committed beyond the free slots (up to
+            # start_limit; the run then waits for a slot, started): a big instant's
+            # starts are all committed before it, and at the instant each run only
+            # waits for a slot, not for a commit. At or past it, only a free slot does.
+            if held < (self.start_limit if loc.start_at_ms > now else self.slots):
                 ready.append(loc)
-                free -= 1
+                held += 1
             elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
                 shed.append(loc)
         for loc in late:
@@ -409,7 +428,7 @@ class WorkerPool:
         if spec is None:
             self._forget(loc)
             return
-        loc.phase = Phase.RUNNING
+        loc.phase = Phase.STARTED
         ctx = RunContext(job_id=loc.job_id, run_id=loc.run_id, scheduled_ms=loc.scheduled_ms,
                          fence=loc.fence, attempt=loc.attempt, node_id=self.node_id)
         loc.execution = Execution(spec=spec, ctx=ctx, base_env=self.base_env,
@@ -446,15 +465,53 @@ class WorkerPool:
         # whole instant (see _may_spawn), not one per run.
         held = self._held_started(group)
         for loc in group:
-            try:
-                self._begin(loc, held, known=True)
-            except Exception as exc:  # noqa: BLE001 - one run's failure, not its group's
-                log.exception("run %s could not begin", loc.run_id)
-                if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
-                    loc.phase = Phase.FINISHING
-                    self.commits.finish(loc, ExecutionResult(
-                        outcome=RunState.failed, exit_code=None, tail="",
-                        reason=f"could not begin: {type(exc).__name__}"[:200]))
+            self._begin_or_fail(loc, held)
+
+    def _begin_or_fail(self, loc: LocalRun, held: frozenset[str] | None) -> None:
+        """:meth:`_begin` with ``held`` read for its group; one run's failure to begin
+        is that run's (recorded failed), not its group's."""
+        try:
+            self._begin(loc, held, known=True)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("run %s could not begin", loc.run_id)
+            self._running.discard((loc.run_id, loc.fence))
+            if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
+                loc.phase = Phase.FINISHING
+                self.commits.finish(loc, ExecutionResult(
+                    outcome=RunState.failed, exit_code=None, tail="",
+                    reason=f"could not begin: {type(exc).__name__}"[:200]))
+
+    def _pump(self) -> None:
+        """Begin the started runs waiting for a slot, oldest first, as slots free up:
+        no commit between a slot freeing and the next run's process (its start was
+        committed ahead). One read of the state per batch (see :meth:`_may_spawn`)."""
+        self._pump_soon = False
+        q = self._slot_q
+        while q and len(self._running) < self.slots:
+            batch: list[LocalRun] = []
+            while q and len(batch) < self.slots - len(self._running):
+                loc = q.popleft()
+                if self.local.get(loc.run_id) is loc and loc.phase == Phase.STARTED:
+                    batch.append(loc)
+            held = self._held_started(batch)
+            for loc in batch:
+                self._begin_or_fail(loc, held)
+
+    def _shed_queued(self, now: int) -> None:
+        """Shed the started runs that waited for a slot past their grace (overload:
+        the slots are held by longer runs); forget those taken away meanwhile."""
+        keep: deque[LocalRun] = deque()
+        for loc in self._slot_q:
+            if self.local.get(loc.run_id) is not loc or loc.phase != Phase.STARTED:
+                continue
+            if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
+                loc.phase = Phase.FINISHING
+                self.counters.shed += 1
+                self.commits.finish(loc, ExecutionResult(
+                    outcome=RunState.shed, exit_code=None, tail="", reason="overload"))
+            else:
+                keep.append(loc)
+        self._slot_q = keep
 
     def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
         """The run ids of ``group`` still started on this node under their fences (one
@@ -484,7 +541,7 @@ class WorkerPool:
 
     def _await_lease(self, loc: LocalRun) -> None:
         """Re-check a run held for want of a fresh lease, until its grace is over."""
-        if self.local.get(loc.run_id) is not loc or loc.phase != Phase.RUNNING:
+        if self.local.get(loc.run_id) is not loc or loc.phase != Phase.STARTED:
             return
         if self.clock.now_ms() - loc.start_at_ms > loc.grace_ms:
             loc.phase = Phase.FINISHING
@@ -506,6 +563,11 @@ class WorkerPool:
             self.commits.finish(loc, ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
+        if len(self._running) >= self.slots:
+            # Started ahead beyond the free slots (a big instant): it begins as soon as
+            # a run ends (_pump), its grace counted from its instant (_shed_queued).
+            self._slot_q.append(loc)
+            return
         if not known:
             may = self._may_spawn(loc)
         else:
@@ -523,6 +585,8 @@ class WorkerPool:
                         level=logging.WARNING)
             return
         lag_ms = self.clock.now_ms() - loc.scheduled_ms
+        loc.phase = Phase.RUNNING
+        self._running.add((loc.run_id, loc.fence))
         self.counters.started += 1
         if self.on_started is not None:
             self.on_started(lag_ms / 1000)
@@ -534,10 +598,22 @@ class WorkerPool:
             runner.add_done_callback(self._tasks.discard)
 
     def _ended(self, loc: LocalRun, result: ExecutionResult) -> None:
+        self._running.discard((loc.run_id, loc.fence))
+        if self._slot_q and not self._pump_soon:
+            # After this callback: the runs ending in the same pass free their slots
+            # first, and the next runs begin in one batch.
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pump)
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = Phase.FINISHING
         self.commits.finish(loc, result)
+
+
+#: Phases holding a start here (against ``start_limit`` and the slots).
+_HELD = frozenset({Phase.STARTING, Phase.STARTED, Phase.RUNNING})
+#: Phases a drain waits for (their outcomes are committed before the node leaves).
+_BUSY = _HELD | {Phase.FINISHING}
 
 
 def _all_held(group: list[LocalRun], node_id: str, st: ClusterState) -> frozenset[str]:
