@@ -7,8 +7,8 @@ sides of the argument cannot drift apart. The argument, in docs/concepts.md ("Th
 lease"): all times below count from the *send* time of the node's newest heartbeat the
 cluster acknowledged, on the node's monotonic clock (its guard shares the host's).
 
-- ``lease_ms``: the node spawns a run only within this of it (``WorkerPool._may_spawn``)
-  and at this age stops its runs itself (SIGTERM; SIGKILL ``kill_grace_ms`` later).
+- ``lease_ms``: the node spawns a run only within this of it (node/worker/gate.py) and
+  at this age stops its runs itself (SIGTERM; SIGKILL ``kill_grace_ms`` later).
 - ``guard_after_ms``: the guard SIGKILLs every job process group still there (the
   node frozen, its loop stalled); it polls every ``GUARD_POLL_MS``.
 - ``lease_end_ms``: by then no process of the node runs and none will be spawned

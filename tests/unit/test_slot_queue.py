@@ -200,7 +200,7 @@ def test_a_run_cancelled_released_or_self_fenced_while_it_waits_for_a_slot_never
         clock.step_wall(fire - clock.now_ms())
         pool._fire(fire)
         running = list(_Execution.begun)
-        queued = [loc.run_id for loc in pool._slot_q]
+        queued = [loc.run_id for loc in pool.slot._waiting]
         # The cluster cancels one waiting run; another is released from this node
         # (the state moves it on); then the node self-fences.
         pool.cancel(queued[0], pool.local[queued[0]].fence)

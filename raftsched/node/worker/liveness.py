@@ -3,10 +3,10 @@ self-fence.
 
 A node tells the cluster it lives by committing a ``heartbeat`` command every
 ``timing.heartbeat``. The send time of the newest heartbeat the cluster acknowledged is
-the node's *lease*: the worker spawns a run only within the lease (see
-``WorkerPool._may_spawn``). A node that reaches no quorum for the lease stops its runs
-itself, and the guard process kills them if the node itself freezes (see guard.py); the
-leader releases them no sooner (core/lease.py has the arithmetic for both sides).
+the node's *lease*: the worker spawns a run only within the lease (see gate.py). A
+node that reaches no quorum for the lease stops its runs itself, and the guard process
+kills them if the node itself freezes (see guard.py); the leader releases them no
+sooner (core/lease.py has the arithmetic for both sides).
 """
 
 from __future__ import annotations

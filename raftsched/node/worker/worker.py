@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,8 +29,10 @@ from raftsched.core.trigger import jitter_ms
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
 from raftsched.node.worker.executor import Execution
+from raftsched.node.worker.gate import SpawnGate
 from raftsched.node.worker.localrun import LocalRun, Phase
 from raftsched.node.worker.runtypes import ExecutionResult, RunContext
+from raftsched.node.worker.slots import Slots
 from raftsched.node.worker.workercommits import (
     COMMIT_TIMEOUT_S,
     FINISH_PIPELINE,
@@ -117,10 +118,9 @@ class WorkerPool:
         self.guard = guard
         #: Where runs' full logs go on this node (None: nowhere).
         self.logs = logs
-        # lease() is the send time (monotonic) of this node's newest acknowledged
-        # heartbeat; a run is spawned only within lease_s of it (see _may_spawn).
-        self.lease = lease
-        self.lease_s = lease_s
+        #: Whether a committed start may spawn here now (the lease: gate.py).
+        self.gate = SpawnGate(node_id=node_id, raft=raft, clock=clock, lease=lease,
+                              lease_s=lease_s)
         self.base_env = base_env
         self.on_started = on_started
         # A run's start is committed up to this long before its instant, then the
@@ -133,10 +133,9 @@ class WorkerPool:
         #: of their instant (the node's slots plus its queue: what the leader may place
         #: here). At or past its instant, a run's start needs a free slot.
         self.start_limit = max(slots, start_limit or slots)
-        #: (run id, fence) of the runs executing: each holds one of the slots.
-        self._running: set[tuple[str, int]] = set()
-        #: Started runs past their instant waiting for a slot, oldest first (_pump).
-        self._slot_q: deque[LocalRun] = deque()
+        #: The runs executing, and the started runs past their instant waiting for a
+        #: slot (slots.py; begun by _pump).
+        self.slot = Slots(slots)
         self._pump_soon = False
         #: Fire time -> the earliest assignment of a run held here for it: how far
         #: ahead the leader began to plan that instant.
@@ -326,7 +325,7 @@ class WorkerPool:
         if self._first_assigned:
             for at in [at for at in self._first_assigned if at < now]:
                 del self._first_assigned[at]
-        if self._slot_q:
+        if self.slot.waiting:
             self._shed_queued(now)
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it.
@@ -405,7 +404,8 @@ class WorkerPool:
         for loc, res in zip(batch, results, strict=False):
             accepted = bool(res and res[0])
             if not accepted:
-                accepted = self._started_by_us(loc)
+                # A retried start whose first try did commit is refused the second time.
+                accepted = self.gate.started_here(loc)
             if not accepted or self.local.get(loc.run_id) is not loc:
                 self._forget(loc)
                 # The refusal itself is logged once, as run.start_rejected, by the node.
@@ -419,10 +419,6 @@ class WorkerPool:
         was in flight): dropping that left the run started with no process, forever."""
         if self.local.get(loc.run_id) is loc:
             del self.local[loc.run_id]
-
-    def _started_by_us(self, loc: LocalRun) -> bool:
-        """A retried start whose first try did commit is refused the second time."""
-        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
 
     def _launch(self, loc: LocalRun, spec: JobSpec | None) -> None:
         if spec is None:
@@ -462,7 +458,7 @@ class WorkerPool:
             # max: a late group (catch-up, a slow loop) must not end a newer one's quiet.
             self.commits.quiet_at = max(self.commits.quiet_at, at_ms)
         # Which of them are still ours to spawn, in one hold of the state lock for the
-        # whole instant (see _may_spawn), not one per run.
+        # whole instant (gate.py), not one per run.
         held = self._held_started(group)
         for loc in group:
             self._begin_or_fail(loc, held)
@@ -474,7 +470,7 @@ class WorkerPool:
             self._begin(loc, held, known=True)
         except Exception as exc:  # noqa: BLE001
             log.exception("run %s could not begin", loc.run_id)
-            self._running.discard((loc.run_id, loc.fence))
+            self.slot.give_back(loc)
             if self.local.get(loc.run_id) is loc and loc.phase != Phase.FINISHING:
                 loc.phase = Phase.FINISHING
                 self.commits.finish(loc, ExecutionResult(
@@ -484,15 +480,10 @@ class WorkerPool:
     def _pump(self) -> None:
         """Begin the started runs waiting for a slot, oldest first, as slots free up:
         no commit between a slot freeing and the next run's process (its start was
-        committed ahead). One read of the state per batch (see :meth:`_may_spawn`)."""
+        committed ahead). One read of the state per batch (gate.py)."""
         self._pump_soon = False
-        q = self._slot_q
-        while q and len(self._running) < self.slots:
-            batch: list[LocalRun] = []
-            while q and len(batch) < self.slots - len(self._running):
-                loc = q.popleft()
-                if self.local.get(loc.run_id) is loc and loc.phase == Phase.STARTED:
-                    batch.append(loc)
+        while self.slot.waiting and self.slot.free > 0:
+            batch = self.slot.next_batch(self.local)
             held = self._held_started(batch)
             for loc in batch:
                 self._begin_or_fail(loc, held)
@@ -500,44 +491,15 @@ class WorkerPool:
     def _shed_queued(self, now: int) -> None:
         """Shed the started runs that waited for a slot past their grace (overload:
         the slots are held by longer runs); forget those taken away meanwhile."""
-        keep: deque[LocalRun] = deque()
-        for loc in self._slot_q:
-            if self.local.get(loc.run_id) is not loc or loc.phase != Phase.STARTED:
-                continue
-            if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
-                loc.phase = Phase.FINISHING
-                self.counters.shed += 1
-                self.commits.finish(loc, ExecutionResult(
-                    outcome=RunState.shed, exit_code=None, tail="", reason="overload"))
-            else:
-                keep.append(loc)
-        self._slot_q = keep
+        for loc in self.slot.expire(now, self.local):
+            loc.phase = Phase.FINISHING
+            self.counters.shed += 1
+            self.commits.finish(loc, ExecutionResult(
+                outcome=RunState.shed, exit_code=None, tail="", reason="overload"))
 
     def _held_started(self, group: list[LocalRun] | tuple[()]) -> frozenset[str] | None:
-        """The run ids of ``group`` still started on this node under their fences (one
-        read); None without a fresh lease (see :meth:`_may_spawn`)."""
-        if self.lease is not None and self.clock.monotonic() - self.lease() > self.lease_s:
-            return None
-        if not group:
-            return frozenset()
-        return self.raft.read(functools.partial(_all_held, list(group), self.node_id))
-
-    def _may_spawn(self, loc: LocalRun) -> bool | None:
-        """May this run's process start now? True: yes. None: not yet (no fresh lease).
-        False: never (the cluster moved the run on while this node was away).
-
-        The start was committed up to ``prestart_ms`` ago; a node paused since (SIGSTOP,
-        a frozen VM) may meanwhile have been declared lost and the run handed to another
-        node with a new fence. A fresh lease — a heartbeat the cluster acknowledged
-        within ``lease_s``, sent after the pause — proves this replica has applied
-        everything committed before it, so the run's record here is current; and the
-        leader releases a node's started runs only after the lease of its newest
-        committed heartbeat has ended (``lease_s``, then this node's self-fence and its
-        guard: :mod:`raftsched.core.lease`), so a run released meanwhile was never
-        spawned here, or is dead."""
-        if self.lease is not None and self.clock.monotonic() - self.lease() > self.lease_s:
-            return None
-        return self.raft.read(functools.partial(_holds_started, loc, self.node_id))
+        """:meth:`SpawnGate.held` (a method of the pool: tests stand in for it)."""
+        return self.gate.held(group)
 
     def _await_lease(self, loc: LocalRun) -> None:
         """Re-check a run held for want of a fresh lease, until its grace is over."""
@@ -563,13 +525,13 @@ class WorkerPool:
             self.commits.finish(loc, ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
-        if len(self._running) >= self.slots:
+        if self.slot.free <= 0:
             # Started ahead beyond the free slots (a big instant): it begins as soon as
             # a run ends (_pump), its grace counted from its instant (_shed_queued).
-            self._slot_q.append(loc)
+            self.slot.wait(loc)
             return
         if not known:
-            may = self._may_spawn(loc)
+            may = self.gate.may(loc)
         else:
             may = None if held is None else loc.run_id in held
         if may is None:
@@ -586,7 +548,7 @@ class WorkerPool:
             return
         lag_ms = self.clock.now_ms() - loc.scheduled_ms
         loc.phase = Phase.RUNNING
-        self._running.add((loc.run_id, loc.fence))
+        self.slot.take(loc)
         self.counters.started += 1
         if self.on_started is not None:
             self.on_started(lag_ms / 1000)
@@ -598,8 +560,8 @@ class WorkerPool:
             runner.add_done_callback(self._tasks.discard)
 
     def _ended(self, loc: LocalRun, result: ExecutionResult) -> None:
-        self._running.discard((loc.run_id, loc.fence))
-        if self._slot_q and not self._pump_soon:
+        self.slot.give_back(loc)
+        if self.slot.waiting and not self._pump_soon:
             # After this callback: the runs ending in the same pass free their slots
             # first, and the next runs begin in one batch.
             self._pump_soon = True
@@ -614,18 +576,6 @@ class WorkerPool:
 _HELD = frozenset({Phase.STARTING, Phase.STARTED, Phase.RUNNING})
 #: Phases a drain waits for (their outcomes are committed before the node leaves).
 _BUSY = _HELD | {Phase.FINISHING}
-
-
-def _all_held(group: list[LocalRun], node_id: str, st: ClusterState) -> frozenset[str]:
-    """The run ids of ``group`` started on ``node_id`` under their fences."""
-    return frozenset(loc.run_id for loc in group if _holds_started(loc, node_id, st))
-
-
-def _holds_started(loc: LocalRun, node_id: str, st: ClusterState) -> bool:
-    """Is ``loc``'s run started on ``node_id`` under its fence (the claim still ours)?"""
-    run = st.runs.get(loc.run_id)
-    return (run is not None and run.state == "started" and run.node == node_id
-            and run.fence == loc.fence)
 
 
 #: Kept importable from here (they moved to workercommits with the commits they bound).
