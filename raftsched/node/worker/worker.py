@@ -7,10 +7,10 @@ instant also beyond the free slots (up to the slots plus the queue: a big instan
 planned early): such a run is started in the cluster and, past its instant, waits here
 for a slot, so that its process begins as soon as one frees, with no commit between.
 Outcomes are committed back in batched ``finish`` commands. A run waiting for a slot
-past its grace is reported ``shed``; a run the cluster cancels is killed; when this node's lease runs out (no
-heartbeat acknowledged for half the node timeout) it stops its own runs, so a run
-the leader releases after the lease's end (:mod:`raftsched.core.lease`) is never
-executing twice.
+past its grace is reported ``shed``; a run the cluster cancels is killed; when this
+node's lease runs out (no heartbeat acknowledged for half the node timeout) it stops its
+own runs, so a run the leader releases after the lease's end (:mod:`raftsched.core.lease`)
+is never executing twice.
 """
 
 from __future__ import annotations
