@@ -224,3 +224,86 @@ def test_a_run_cancelled_released_or_self_fenced_while_it_waits_for_a_slot_never
     # Stopped: the two executing end lost, and so does the one still waiting; the
     # cancelled and the moved one report nothing.
     assert seen["lost"] == sorted([seen["running"][1], queued[2], queued[3]])
+
+
+def test_a_small_instant_is_started_within_the_slots_as_before() -> None:
+    """Assigned at the lookahead (not planned early): no start beyond the slots, so
+    a run its node could not begin stays assigned (the leader moves it if the node is
+    lost) rather than started."""
+    st, fire, ids = _instant(SLOTS + QUEUE, ahead_ms=250)
+    raft = ApplyingRaft(st)
+    clock = FakeClock(fire - 200)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        pool = _pool(raft, clock)
+        pool._step()
+        await _settle()
+        seen["started"] = len(_started(raft))
+
+    asyncio.run(main())
+    assert seen == {"started": SLOTS}
+
+
+def test_a_run_due_now_is_not_kept_waiting_by_starts_committed_for_a_later_instant(
+        ) -> None:
+    """A big instant's starts are committed ahead (beyond the slots); a run due now
+    (a trigger, a retry, a late assignment) still gets an idle slot at once."""
+    st, fire, ids = _instant(SLOTS + QUEUE, ahead_ms=1_500)
+    ok(st, {"op": "put_job", "at": fire - 5_000, "spec": {
+        "id": "m", "schedule": {"every": "1h", "offset": "59m"}, "call": "tests:noop"}})
+    raft = ApplyingRaft(st)
+    clock = FakeClock(fire - 1_100)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        pool = _pool(raft, clock)
+        pool._step()
+        await _settle()
+        seen["ahead"] = len(_started(raft))
+        due = fire - 1_000  # m's fire time, assigned only now (late)
+        ok(st, {"op": "plan", "at": due + 5, "fires": [["run", "m", due, "n1", False]]})
+        clock.step_wall(due + 10 - clock.now_ms())
+        pool._step()
+        await _settle()
+        seen["m started"] = f"m@{due}" in _started(raft)
+        seen["busy"] = pool.statistics().busy
+
+    asyncio.run(main())
+    assert seen == {"ahead": SLOTS + QUEUE, "m started": True, "busy": 1}
+
+
+def test_a_run_that_cannot_begin_after_waiting_for_the_lease_ends_failed_and_frees_its_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    st, fire, ids = _instant(SLOTS, ahead_ms=1_000)
+    raft = ApplyingRaft(st)
+    clock = FakeClock(fire - 800)
+    lease = {"at": -1_000.0}
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=SLOTS,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
+                          prestart_ms=200, max_prestart_ms=1_600, start_limit=SLOTS + QUEUE,
+                          lease=lambda: lease["at"], lease_s=1.0, clock=clock)
+        pool._step()
+        await _settle()
+        clock.step_wall(fire - clock.now_ms())
+        pool._fire(fire)  # no fresh lease: each run looks again in LEASE_RECHECK_S
+        seen["held for the lease"] = [pool.local[r].phase for r in ids]
+
+        def broken(self: Any, on_done: Any) -> None:
+            raise RuntimeError("cannot begin")
+        monkeypatch.setattr(_Execution, "start", broken)
+        lease["at"] = clock.monotonic()  # fresh again
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if len(pool.commits.finish_q) == len(ids):
+                break
+        seen["outcomes"] = sorted((i.run_id, i.outcome) for i in pool.commits.finish_q)
+        seen["free"] = pool.slot.free
+
+    asyncio.run(main())
+    assert seen["held for the lease"] == [Phase.STARTED] * SLOTS
+    assert seen["outcomes"] == [(r, RunState.failed) for r in sorted(ids)]
+    assert seen["free"] == SLOTS

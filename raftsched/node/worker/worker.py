@@ -2,10 +2,10 @@
 
 For each run assigned here it waits for the scheduled instant (plus jitter), commits
 ``start`` with the run's fence — batched with every other run starting now — and
-executes only the starts the cluster accepted. A start is committed ahead of its
-instant also beyond the free slots (up to the slots plus the queue: a big instant,
-planned early): such a run is started in the cluster and, past its instant, waits here
-for a slot, so that its process begins as soon as one frees, with no commit between.
+executes only the starts the cluster accepted. Ahead of an instant planned early for
+its size, a start is committed also beyond the free slots (up to the slots plus the
+queue): such a run is started in the cluster and, at its instant, waits here for a
+slot, so that its process begins as soon as one frees, with no commit between.
 Outcomes are committed back in batched ``finish`` commands. A run waiting for a slot
 past its grace is reported ``shed``; a run the cluster cancels is killed; when this
 node's lease runs out (no heartbeat acknowledged for half the node timeout) it stops its
@@ -184,7 +184,12 @@ class WorkerPool:
                     runs=len(running), reason=reason)
 
     def statistics(self) -> WorkerStatistics:
-        busy = sum(1 for loc in self.local.values() if loc.phase in (Phase.STARTING, Phase.RUNNING))
+        # Executing, or its start in flight at or past its instant: holding a slot (a
+        # start committed ahead of a later instant does not).
+        now = self.clock.now_ms()
+        busy = self.slots - self.slot.free + sum(
+            1 for loc in self.local.values()
+            if loc.phase == Phase.STARTING and loc.start_at_ms <= now)
         return WorkerStatistics(slots=self.slots, busy=busy, waiting=len(self.local) - busy,
                                 started=self.counters.started,
                                 rejected_starts=self.counters.rejected, shed=self.counters.shed,
@@ -327,9 +332,17 @@ class WorkerPool:
                 del self._first_assigned[at]
         if self.slot.waiting:
             self._shed_queued(now)
+        if self.slot.waiting and self.slot.free > 0:
+            self._pump_later()  # a missed pump (stale entries ahead of a free slot)
         # A slot is free again as soon as its run has ended; the finish commit that
-        # follows does not hold it.
-        held = sum(1 for loc in self.local.values() if loc.phase in _HELD)
+        # follows does not hold it. held: the runs holding a start here; due: those of
+        # them that need a slot now (executing, or at or past their instant).
+        held = due = 0
+        for x in self.local.values():
+            if x.phase in _HELD:
+                held += 1
+                if x.phase == Phase.RUNNING or x.start_at_ms <= now:
+                    due += 1
         ready: list[LocalRun] = []
         shed: list[LocalRun] = []
         next_at: float = 0.5
@@ -347,13 +360,24 @@ class WorkerPool:
                 continue
             if self.draining:
                 continue  # a stopping node starts nothing new
-            # Ahead of its instant a start may be committed beyond the free slots (up to
-            # start_limit; the run then waits for a slot, started): a big instant's
-            # starts are all committed before it, and at the instant each run only
-            # waits for a slot, not for a commit. At or past it, only a free slot does.
-            if held < (self.start_limit if loc.start_at_ms > now else self.slots):
+            if loc.start_at_ms <= now:
+                # Due now (a trigger, a retry, a catch-up, a late assignment): a slot
+                # not needed now is free for it, whatever is started ahead of a later
+                # instant (that waits for a slot at its instant, started).
+                may = due < self.slots
+            elif window > self.prestart_ms:
+                # Of an instant planned early for its size: its start may be committed
+                # beyond the free slots (up to start_limit); at the instant the run only
+                # waits for a slot, not for a commit. (Started, it follows on_node_lost
+                # if this node is lost before it begins: paid only where an instant
+                # needs it.)
+                may = held < self.start_limit
+            else:
+                may = held < self.slots  # a small instant: as before, within the slots
+            if may:
                 ready.append(loc)
                 held += 1
+                due += loc.start_at_ms <= now
             elif now - max(loc.scheduled_ms, loc.due_ms) > loc.grace_ms:
                 shed.append(loc)
         for loc in late:
@@ -463,11 +487,13 @@ class WorkerPool:
         for loc in group:
             self._begin_or_fail(loc, held)
 
-    def _begin_or_fail(self, loc: LocalRun, held: frozenset[str] | None) -> None:
-        """:meth:`_begin` with ``held`` read for its group; one run's failure to begin
-        is that run's (recorded failed), not its group's."""
+    def _begin_or_fail(self, loc: LocalRun, held: frozenset[str] | None, *,
+                       known: bool = True, queued: bool = False) -> None:
+        """:meth:`_begin`; one run's failure to begin is that run's (recorded failed,
+        its slot given back), not its group's, and never leaves it started with no
+        process."""
         try:
-            self._begin(loc, held, known=True)
+            self._begin(loc, held, known=known, queued=queued)
         except Exception as exc:  # noqa: BLE001
             log.exception("run %s could not begin", loc.run_id)
             self.slot.give_back(loc)
@@ -476,6 +502,13 @@ class WorkerPool:
                 self.commits.finish(loc, ExecutionResult(
                     outcome=RunState.failed, exit_code=None, tail="",
                     reason=f"could not begin: {type(exc).__name__}"[:200]))
+
+    def _pump_later(self) -> None:
+        """Pump once after the current callbacks: the runs ending in the same pass free
+        their slots first, and the next runs begin in one batch."""
+        if not self._pump_soon:
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._pump)
 
     def _pump(self) -> None:
         """Begin the started runs waiting for a slot, oldest first, as slots free up:
@@ -486,7 +519,7 @@ class WorkerPool:
             batch = self.slot.next_batch(self.local)
             held = self._held_started(batch)
             for loc in batch:
-                self._begin_or_fail(loc, held)
+                self._begin_or_fail(loc, held, queued=True)
 
     def _shed_queued(self, now: int) -> None:
         """Shed the started runs that waited for a slot past their grace (overload:
@@ -511,10 +544,10 @@ class WorkerPool:
                 outcome=RunState.lost, exit_code=None, tail="",
                 reason="no lease: this node could not reach the cluster at its instant"))
             return
-        self._begin(loc)
+        self._begin_or_fail(loc, None, known=False)
 
     def _begin(self, loc: LocalRun, held: frozenset[str] | None = None, *,
-               known: bool = False) -> None:
+               known: bool = False, queued: bool = False) -> None:
         """Spawn ``loc`` if it may; ``known``: ``held`` is :meth:`_held_started` of its
         instant, read for the whole group (else it is read for this run alone)."""
         assert loc.execution is not None
@@ -525,10 +558,13 @@ class WorkerPool:
             self.commits.finish(loc, ExecutionResult(outcome=RunState.lost, exit_code=None, tail="",
                                               reason=loc.execution.stop_reason))
             return
-        if self.slot.free <= 0:
+        if self.slot.free <= 0 or (self.slot.waiting and not queued):
             # Started ahead beyond the free slots (a big instant): it begins as soon as
-            # a run ends (_pump), its grace counted from its instant (_shed_queued).
+            # a run ends (_pump), its grace counted from its instant (_shed_queued);
+            # behind the runs already waiting, not before them.
             self.slot.wait(loc)
+            if self.slot.free > 0:
+                self._pump_later()
             return
         if not known:
             may = self.gate.may(loc)
@@ -561,11 +597,8 @@ class WorkerPool:
 
     def _ended(self, loc: LocalRun, result: ExecutionResult) -> None:
         self.slot.give_back(loc)
-        if self.slot.waiting and not self._pump_soon:
-            # After this callback: the runs ending in the same pass free their slots
-            # first, and the next runs begin in one batch.
-            self._pump_soon = True
-            asyncio.get_running_loop().call_soon(self._pump)
+        if self.slot.waiting:
+            self._pump_later()
         if self.local.get(loc.run_id) is not loc:
             return  # cancelled by the cluster meanwhile: its finish would be refused
         loc.phase = Phase.FINISHING
