@@ -98,6 +98,18 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _commit_ahead_then_fire(pool: WorkerPool, clock: FakeClock, fire: int, *,
+                                  seen: Any = None) -> None:
+    """Let the pool commit what it may ahead (``seen()`` looks then), then reach the
+    instant and fire its group."""
+    pool._step()
+    await _settle()
+    if seen is not None:
+        seen()
+    clock.step_wall(fire - clock.now_ms())
+    pool._fire(fire)
+
+
 def _end(pool: WorkerPool, run_id: str) -> None:
     loc = pool.local[run_id]
     loc.execution.end(DONE)  # type: ignore[union-attr]
@@ -112,13 +124,9 @@ def test_a_big_instants_starts_are_committed_ahead_and_its_runs_take_slots_as_th
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
         # Every start committed before the instant, beyond the 2 slots.
-        seen["ahead"] = sorted(_started(raft))
-        seen["phases"] = {pool.local[r].phase for r in ids}
-        clock.step_wall(fire - clock.now_ms())
-        pool._fire(fire)
+        await _commit_ahead_then_fire(pool, clock, fire, seen=lambda: seen.update(
+            ahead=sorted(_started(raft)), phases={pool.local[r].phase for r in ids}))
         seen["at instant"] = list(_Execution.begun)
         commits = len(raft.sent)
         for k in range(len(ids)):
@@ -165,10 +173,7 @@ def test_a_run_waiting_for_a_slot_past_its_grace_is_shed_as_overload() -> None:
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
-        clock.step_wall(fire - clock.now_ms())
-        pool._fire(fire)
+        await _commit_ahead_then_fire(pool, clock, fire)
         clock.step_wall(1_000)  # the slots stay held by the first two
         pool._step()
         seen["at grace"] = list(pool.commits.finish_q)
@@ -195,10 +200,7 @@ def test_a_run_cancelled_released_or_self_fenced_while_it_waits_for_a_slot_never
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
-        clock.step_wall(fire - clock.now_ms())
-        pool._fire(fire)
+        await _commit_ahead_then_fire(pool, clock, fire)
         running = list(_Execution.begun)
         queued = [loc.run_id for loc in pool.slot._waiting]
         # The cluster cancels one waiting run; another is released from this node
@@ -286,10 +288,8 @@ def test_a_run_that_cannot_begin_after_waiting_for_the_lease_ends_failed_and_fre
                           output_tail_bytes=100, allowed_call_prefixes=None, base_env={},
                           prestart_ms=200, max_prestart_ms=1_600, start_limit=SLOTS + QUEUE,
                           lease=lambda: lease["at"], lease_s=1.0, clock=clock)
-        pool._step()
-        await _settle()
-        clock.step_wall(fire - clock.now_ms())
-        pool._fire(fire)  # no fresh lease: each run looks again in LEASE_RECHECK_S
+        # No fresh lease at the instant: each run looks again in LEASE_RECHECK_S.
+        await _commit_ahead_then_fire(pool, clock, fire)
         seen["held for the lease"] = [pool.local[r].phase for r in ids]
 
         def broken(self: Any, on_done: Any) -> None:
