@@ -102,25 +102,32 @@ def test_a_slow_finish_commit_does_not_hold_back_the_ones_after_it() -> None:
     chunks = worker.FINISH_PIPELINE + 8
     n = chunks * worker.MAX_FINISH_BATCH
     sent_while_held: list[int] = []
+    flushed = []
 
     async def main() -> None:
         pool = _finish_burst(raft, n)
+        pool.commits.freed = lambda: flushed.append(len(raft.sent))
         task = asyncio.create_task(pool.commits.flush_finishes())
-        for _ in range(1000):
+        # Well inside COMMIT_TIMEOUT_S: the held command is not resent meanwhile.
+        for _ in range(400):
             await asyncio.sleep(0.005)
             if len(raft.sent) == chunks and raft.flying == 1:
                 break
         sent_while_held.append(len(raft.sent))
         raft.release()
-        for _ in range(500):
+        for _ in range(400):
             await asyncio.sleep(0.005)
-            if raft.flying == 0:
+            if flushed:
                 break
         task.cancel()
 
     asyncio.run(main())
-    # Every command after the slow first one was sent and answered while it was held.
+    # Every command after the slow first one was sent and answered while it was held,
+    # and the flush ended once the held one was answered, with nothing sent twice.
     assert sent_while_held == [chunks]
+    assert flushed == [chunks]
+    assert sorted(i.run_id for c in raft.sent for i in c.items) == \
+        sorted(f"j{i}@1000" for i in range(n))
     assert raft.flying == 0 and raft.most_flying == worker.FINISH_PIPELINE
 
 
