@@ -98,12 +98,17 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _step(pool: WorkerPool) -> None:
+    """One pass of the pool's loop, and the commits it made answered."""
+    pool._step()
+    await _settle()
+
+
 async def _commit_ahead_then_fire(pool: WorkerPool, clock: FakeClock, fire: int, *,
                                   seen: Any = None) -> None:
     """Let the pool commit what it may ahead (``seen()`` looks then), then reach the
     instant and fire its group."""
-    pool._step()
-    await _settle()
+    await _step(pool)
     if seen is not None:
         seen()
     clock.step_wall(fire - clock.now_ms())
@@ -156,8 +161,7 @@ def test_past_its_instant_a_start_still_needs_a_free_slot() -> None:
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
+        await _step(pool)
         seen["started"] = len(_started(raft))
         seen["waiting"] = sum(1 for loc in pool.local.values() if loc.phase == Phase.WAITING)
 
@@ -239,8 +243,7 @@ def test_a_small_instant_is_started_within_the_slots_as_before() -> None:
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
+        await _step(pool)
         seen["started"] = len(_started(raft))
 
     asyncio.run(main())
@@ -260,14 +263,12 @@ def test_a_run_due_now_is_not_kept_waiting_by_starts_committed_for_a_later_insta
 
     async def main() -> None:
         pool = _pool(raft, clock)
-        pool._step()
-        await _settle()
+        await _step(pool)
         seen["ahead"] = len(_started(raft))
         due = fire - 1_000  # m's fire time, assigned only now (late)
         ok(st, {"op": "plan", "at": due + 5, "fires": [["run", "m", due, "n1", False]]})
         clock.step_wall(due + 10 - clock.now_ms())
-        pool._step()
-        await _settle()
+        await _step(pool)
         seen["m started"] = f"m@{due}" in _started(raft)
         seen["busy"] = pool.statistics().busy
 

@@ -55,9 +55,10 @@ MAX_FINISH_BATCH = 64
 #: Finish commands of one flush in flight at once (a sliding window: one commits, the
 #: next is submitted). A commit takes a round trip to the leader and back, tens of ms
 #: under load: at 4 in lockstep a follower's ~1,700 finishes of a 5,000-run second were
-#: submitted ~350 ms after the hold ended (600-700 ms after the instant, 1.0-1.5 s while
-#: a node wrote its snapshot), so the next fire of an ``overlap = skip`` job found its
-#: run not yet finished and was skipped. At 32 they are all submitted by 170-480 ms.
+#: submitted 500-950 ms after the instant (up to 1.3 s while a node wrote its
+#: snapshot), so the next fire of an ``overlap = skip`` job found its run not yet
+#: finished and was skipped. At 32 the median second's last finish came 243 ms after
+#: its instant, the worst 753 ms (bench/results/2026-12-05-finish-window.md).
 #: Each command is still its own log entry, applied under the Raft lock on its own.
 #: The cost: those entries now reach the log sooner, beside the next instant's starts;
 #: W1's lag p99 at 5,000 jobs was 181 ms vs 145 in one invocation
