@@ -2,6 +2,7 @@
 
     python -m bench.idle_threads --window 60
     python -m bench.idle_threads --window 60 append_period=100ms heartbeat=1000ms
+    python -m bench.idle_threads --window 60 --nodes 1     # the embedded default: one node
 
 A probe beside the IDLE workload (``bench/idle.py``, which reports per node only): it
 says *which* thread an idle node's CPU goes to (the Raft thread, the event loop, the
@@ -43,11 +44,12 @@ def _threads(pid: int) -> dict[str, tuple[float, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--window", type=float, default=60.0, help="seconds")
+    ap.add_argument("--nodes", type=int, default=3, help="cluster size (1: a lone node)")
     ap.add_argument("timing", nargs="*", help="[timing] key=value for every node")
     args = ap.parse_args()
     timing = dict(kv.split("=", 1) for kv in args.timing)
-    c = BenchCluster(tempfile.mkdtemp(prefix="idle-threads-"), workers=4, queue=16,
-                     timing=timing)
+    c = BenchCluster(tempfile.mkdtemp(prefix="idle-threads-"), n=args.nodes, workers=4,
+                     queue=16, timing=timing)
     try:
         c.start_all()
         leader = c.wait_leader(60)

@@ -57,7 +57,7 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
                         "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
                         "_SyncObj__raftMatchIndex", "_SyncObj__lastResponseTime",
-                        "_poller")),
+                        "_poller", "_SyncObj__pipeNotifier")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset", "_FileJournal__metaStorer",
@@ -560,7 +560,20 @@ class RaftSyncObj(SyncObj):
     def _checkCommandsToApply(self) -> None:
         if self._rs_hold_until and raft_now() < self._rs_hold_until:
             return
+        appended_to = self._SyncObj__getCurrentLogIndex()
         super()._checkCommandsToApply()
+        if self._SyncObj__getCurrentLogIndex() == appended_to:
+            return
+        journal = self.rs_journal
+        if journal is not None and journal.rs_sync_enabled:
+            # A leader's own sync, asked now: at the next tick's start it would wait
+            # for the first follower's answer (or, alone, for the tick period), and
+            # only then begin, in series with the followers' syncs.
+            journal.rs_poll()
+        elif not self._SyncObj__otherNodes:
+            # A lone leader, unsynced: no peer's answer wakes this tick's poll, and
+            # the next tick commits; start it at once.
+            self._SyncObj__pipeNotifier.notify()
 
     def _rs_before_election(self) -> None:
         """Pre-vote (Raft thesis §9.6, as etcd does), before pysyncobj's tick would

@@ -230,12 +230,12 @@ class RaftNode:
             maxBindRetries=30,
             bindRetryTime=0.2,
             onStateChanged=self._state_changed,
-            # A lone node has no peer replies to wake its poller, so an entry would wait
-            # a whole tick to commit; tick faster instead. With peers, a message or a
-            # submitted command wakes the poller at once, and what the tick itself
-            # does (the leader's appends, a follower's election deadline) is paced by
-            # the append period: ticking faster than it only burns an idle node's CPU.
-            autoTickPeriod=0.002 if not peers else timing.append_period_ms / 1000,
+            # A message, a submitted command, a finished sync or a lone leader's own
+            # append (compat.RaftSyncObj._checkCommandsToApply) wakes the poller at
+            # once; what the tick itself does (the leader's appends, a follower's
+            # election deadline) is paced by the append period: ticking faster than it
+            # only burns an idle node's CPU.
+            autoTickPeriod=timing.append_period_ms / 1000,
             # False: no Raft thread; whoever made the replica calls tick() (several
             # replicas in one test thread, each paused by not being ticked).
             autoTick=auto_tick,
