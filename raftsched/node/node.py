@@ -150,10 +150,21 @@ class Node:
         except BaseException:
             self.dir_lock.release()
             raise
-        self._build_worker(cfg, env, node_dir)
-        self._build_leader(cfg)
-        self.ops = self._build_ops(cfg)
-        self._build_servers(cfg, ssl_ctx)
+        try:
+            self._build_worker(cfg, env, node_dir)
+            self._build_leader(cfg)
+            self.ops = self._build_ops(cfg)
+            self._build_servers(cfg, ssl_ctx)
+        except BaseException:
+            # The Raft replica runs (its thread, its port) and the data dir is locked:
+            # an app that catches this and starts again in the same process must find
+            # both free, not its own leftovers.
+            self.raft.destroy(wait_s=5.0)
+            guard = getattr(self, "guard", None)
+            if guard is not None:
+                guard.close()
+            self.dir_lock.release()
+            raise
 
     def _build_worker(self, cfg: ClusterConfig, env: dict[str, str], node_dir: str) -> None:
         """The guard, the run logs, the worker pool and the liveness that fences it."""
