@@ -12,6 +12,8 @@ import pytest
 from pysyncobj.journal import FileJournal
 
 from raftsched.node.replica.compat import drop_journal_prefix
+from raftsched.node.replica.durable import adopt
+from tests.support.journalhooks import LossyFile
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,3 +64,23 @@ def test_a_journal_that_does_not_match_its_entries_is_left_to_pysyncobj(tmp_path
     assert not drop_journal_prefix(j, 10)
     assert len(j) == 50
     j._destroy()
+
+
+def test_a_power_cut_right_after_the_drop_keeps_every_entry_after_the_snapshot(tmp_path):
+    # The journal's file is a LossyFile: what reaches the disk is what the syncs wrote.
+    # Cut right after the drop (no sync since), the disk must name the kept entries:
+    # they were committed and acknowledged, and the snapshot holds only those before.
+    path = str(tmp_path / "raft.journal")
+    plain = FileJournal(path)
+    plain._FileJournal__journalFile = LossyFile(path, plain._FileJournal__journalFile)
+    journal = adopt(plain, sync=True)
+    assert journal is not None
+    entries = _entries(200, seed=3)
+    for e in entries:
+        journal.add(*e)
+    journal.rs_sync()
+    try:
+        assert drop_journal_prefix(journal, 150)
+        assert _on_disk(path) == entries[150:]
+    finally:
+        journal.rs_worker.close()

@@ -72,6 +72,22 @@ def test_a_lone_leader_asks_for_its_sync_in_the_tick_that_appends(tmp_path) -> N
         node.destroy()
 
 
+def test_a_lone_node_asks_for_the_sync_of_its_first_entry_as_it_becomes_leader(
+        tmp_path) -> None:
+    # pysyncobj appends a new leader's no-op in the tick's election step, before the
+    # tick takes commands: that append asks for its sync too (a node starting up
+    # applies its replayed journal, and says it is ready, once the no-op commits).
+    node = _lone(tmp_path, "sync")  # ticked until the tick that made it leader
+    try:
+        last = node.sync._SyncObj__getCurrentLogIndex()
+        assert node.sync._SyncObj__raftLastApplied < last  # the no-op, not yet applied
+        node.sync.rs_journal.rs_worker.wait_idle()
+        node.tick(0)
+        assert node.sync._SyncObj__raftLastApplied == last
+    finally:
+        node.destroy()
+
+
 def test_an_unsynced_lone_leader_wakes_its_own_poll_after_it_appends(tmp_path) -> None:
     node = _lone(tmp_path, "none")
     try:

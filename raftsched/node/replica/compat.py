@@ -208,6 +208,12 @@ def drop_journal_prefix(journal: Any, count: int) -> bool:
     new_end = FIRST_RECORD_OFFSET + end - start
     journal._FileJournal__currentOffset = new_end
     set_last(new_end)
+    if sync is not None:
+        # And the header that names them, before the Raft thread goes on: until then
+        # the disk says "empty", and a power cut would lose every kept entry (those
+        # after the snapshot, committed and acknowledged) while the synced index
+        # still counted them.
+        sync()
     del entries[:count]
     return True
 
@@ -332,6 +338,8 @@ class RaftSyncObj(SyncObj):
     #: When it last came back from not running for an election timeout (a SIGSTOP, a VM
     #: pause, a starved host): see :meth:`_rs_prevote_grant`.
     _rs_woke_at = float("-inf")
+    #: The log's last index as this tick began (what the tick itself appends is after).
+    _rs_tick_index = 0
     #: Real elections this node began (statistics; tests read it).
     rs_elections = 0
     #: This node's Raft-thread stalls (raftsched.node.replica.stalls), from its first tick; a
@@ -429,6 +437,7 @@ class RaftSyncObj(SyncObj):
             # on disk; a follower's answers to the appends it read leave now, after
             # one sync for all of them.
             self._rs_sender.flush()
+        self._rs_tick_index = self._SyncObj__getCurrentLogIndex()
         super()._onTick(timeToWait)
         if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
             # The election it allowed has begun (the term moved): the next one asks
@@ -558,11 +567,11 @@ class RaftSyncObj(SyncObj):
         return super()._SyncObj__doChangeCluster(request, reverse)
 
     def _checkCommandsToApply(self) -> None:
-        if self._rs_hold_until and raft_now() < self._rs_hold_until:
-            return
-        appended_to = self._SyncObj__getCurrentLogIndex()
-        super()._checkCommandsToApply()
-        if self._SyncObj__getCurrentLogIndex() == appended_to:
+        if not (self._rs_hold_until and raft_now() < self._rs_hold_until):
+            super()._checkCommandsToApply()
+        # Appended in this tick: the commands just taken, or a lone node's no-op as it
+        # became leader (pysyncobj appends it in the tick's election step).
+        if self._SyncObj__getCurrentLogIndex() == self._rs_tick_index:
             return
         journal = self.rs_journal
         if journal is not None and journal.rs_sync_enabled:
