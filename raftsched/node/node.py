@@ -159,11 +159,7 @@ class Node:
             # The Raft replica runs (its thread, its port) and the data dir is locked:
             # an app that catches this and starts again in the same process must find
             # both free, not its own leftovers.
-            self.raft.destroy(wait_s=5.0)
-            guard = getattr(self, "guard", None)
-            if guard is not None:
-                guard.close()
-            self.dir_lock.release()
+            self._release()
             raise
 
     def _build_worker(self, cfg: ClusterConfig, env: dict[str, str], node_dir: str) -> None:
@@ -536,8 +532,9 @@ class Node:
     def _release(self) -> None:
         """Stop Raft, the guard and the address pointer; then free the data dir."""
         self.raft.destroy(wait_s=5.0)
-        if self.guard is not None:
-            self.guard.close()
+        guard = getattr(self, "guard", None)  # None: the build failed before the guard
+        if guard is not None:
+            guard.close()
         if self._pointer is not None and self.secret_path is not None:
             unregister(self._pointer, self.secret_path)
         self.dir_lock.release()
