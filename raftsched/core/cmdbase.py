@@ -20,10 +20,13 @@ from raftsched.core.packing import packb
 #: certificates), ``bounds`` (the ``start``/``end`` spec fields), ``http`` (the
 #: ``http`` spec field: an older release refuses such a spec in its apply) and ``deps``
 #: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
-#: command version 5, snapshot version 3).
-FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps")
+#: command version 5, snapshot version 3) and ``specs`` (it reads snapshot version 4,
+#: the shared spec table).
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs")
 #: Dependent jobs, concurrency keys and backfills: only once every member has them.
 DEPS_FEATURE = "deps"
+#: Snapshots with the shared spec table (version 4): only once every member reads them.
+SHARED_SPECS_FEATURE = "specs"
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 
@@ -262,6 +265,7 @@ __all__ = [
     "DEPS_FEATURE",
     "FEATURES",
     "LEASE_FEATURE",
+    "SHARED_SPECS_FEATURE",
     "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "MAX_AT_MS",
     "MAX_BATCH", "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION",
     "ClientCommand", "Command", "any_bounds", "any_deps", "any_past_at", "base_fields",

@@ -27,7 +27,6 @@ from raftsched.core.codec import (
     decode_state,
     encode_state,
     packb,
-    spec_to_row,
     state_version,
 )
 from raftsched.core.commands import PAST_AT_VERSION, PutJob, PutJobs
@@ -37,6 +36,7 @@ from raftsched.core.leader import Capacity, LeaderContext
 from raftsched.core.machine import ClusterState
 from raftsched.core.misses import classify
 from raftsched.core.model import JobSpec, MisfirePolicy, MisfireSpec
+from raftsched.core.specrows import spec_to_row
 from raftsched.core.trigger import (
     AtSchedule,
     CronSchedule,

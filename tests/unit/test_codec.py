@@ -19,13 +19,12 @@ from raftsched.core.codec import (
     encode_command,
     encode_state,
     packb,
-    spec_from_row,
-    spec_to_row,
     unpackb,
 )
 from raftsched.core.errors import FrameTooLarge, ProtocolError
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
+from raftsched.core.specrows import spec_from_row, spec_to_row
 from raftsched.wire.framing import encode_frame, frame_length
 from tests.support.budget import examples
 
@@ -142,7 +141,7 @@ def test_spec_row_round_trip(raw: dict[str, Any]) -> None:
 
 
 def test_spec_rows_share_equal_parts() -> None:
-    from raftsched.core.codec import _Interner
+    from raftsched.core.specrows import Interner as _Interner
     intern = _Interner()
     a = spec_from_row(spec_to_row(JobSpec.from_spec(SPECS[0])), intern)
     b = spec_from_row(spec_to_row(JobSpec.from_spec(dict(SPECS[0], id="a2"))), intern)

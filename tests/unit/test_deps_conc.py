@@ -452,13 +452,17 @@ def test_backfill_runs_take_only_idle_slots_after_on_time_runs() -> None:
 
 
 def test_snapshot_versions_grow_only_when_the_new_state_is_there() -> None:
-    from raftsched.core.codec import SNAPSHOT_VERSION, UNBOUNDED_SNAPSHOT_VERSION, state_version
+    from raftsched.core.codec import (
+        DEPS_SNAPSHOT_VERSION,
+        UNBOUNDED_SNAPSHOT_VERSION,
+        state_version,
+    )
     st = base()
     put(st, "a")
     assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION == 1
     put(st, "b", after=["a"], on="failure", concurrency={"key": "k", "max": 3})
     blob = encode_state(st)
-    assert state_version(blob) == SNAPSHOT_VERSION == 3
+    assert state_version(blob) == DEPS_SNAPSHOT_VERSION == 3
     back = decode_state(blob)
     assert back.jobs["b"].spec == st.jobs["b"].spec and back.dependents == {"a": {"b"}}
     assert back.table.job_keys == {"b": "k"} and encode_state(back) == blob

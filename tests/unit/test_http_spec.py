@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 
 from raftsched.core.cmdbase import FEATURES
-from raftsched.core.codec import decode_state, encode_state, packb, spec_to_row
+from raftsched.core.codec import decode_state, encode_state, packb
 from raftsched.core.commands import Heartbeat, PutJob
 from raftsched.core.errors import Conflict, InvalidSpec
 from raftsched.core.httpspec import HttpSpec, expand
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
+from raftsched.core.specrows import spec_to_row
 from raftsched.faces.cli_apply import exported
 from raftsched.node.service.applyops import Features
 

@@ -1,0 +1,249 @@
+"""Snapshot version 4: a large job table writes each distinct spec row once.
+
+The threshold (``SHARED_SPECS_MIN_JOBS``) is lowered to 0 here, so that the states of
+the snapshot tests in ``test_codec`` are written as version 4 and must come back the
+same: byte-identical re-encoding, equal specs, the same behaviour after a restore, and
+refusal of a broken blob.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields, replace
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raftsched.core import codec
+from raftsched.core.cmdbase import FEATURES, SHARED_SPECS_FEATURE
+from raftsched.core.codec import (
+    DEPS_SNAPSHOT_VERSION,
+    SNAPSHOT_VERSION,
+    UNBOUNDED_SNAPSHOT_VERSION,
+    decode_state,
+    encode_state,
+    packb,
+    state_version,
+)
+from raftsched.core.errors import ProtocolError
+from raftsched.core.machine import ClusterState
+from raftsched.core.model import JobSpec
+from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS, with_id
+from tests.support.budget import examples
+from tests.unit.test_codec import SPECS, T0, _log, _replay
+from tests.unit.test_codec import test_equal_parts_of_jobs_are_one_object as _equal_parts
+from tests.unit.test_codec import test_restored_state_behaves_like_the_original as _behaves
+from tests.unit.test_codec import test_snapshot_round_trip_is_identical as _round_trip
+from tests.unit.test_codec import test_truncated_or_padded_snapshot_is_refused as _truncated
+
+pytestmark = pytest.mark.timeout(60)
+
+S = 1000
+
+
+@pytest.fixture
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A state of any size is large enough for the shared spec table."""
+    monkeypatch.setattr(codec, "SHARED_SPECS_MIN_JOBS", 0)
+
+
+@pytest.fixture
+def shared(any_size: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every state is written with the shared spec table (its nodes' heartbeats, if
+    any, need not list the feature)."""
+    monkeypatch.setattr(codec, "_all_read_shared_specs", lambda st: True)
+
+
+def _doc(blob: bytes) -> dict[str, Any]:
+    return msgpack.unpackb(blob, raw=False)
+
+
+# ------------------------------------------------------------ test_codec's checks, v4
+
+@pytest.mark.usefixtures("shared")
+def test_the_snapshot_checks_hold_for_the_shared_table() -> None:
+    assert state_version(encode_state(_replay(_log()))) == SNAPSHOT_VERSION == 4
+    _round_trip()
+    _behaves()
+    _truncated()
+    _equal_parts(restored=True)
+
+
+#: A version-4 snapshot written by the release that introduced it (the state of
+#: ``test_codec._log``): later releases must read it (docs/operations.md).
+FIXTURE = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "snapshot-v4.msgpack")
+
+
+@pytest.mark.usefixtures("shared")
+def test_the_first_version_4_snapshot_still_reads() -> None:
+    with open(FIXTURE, "rb") as f:
+        blob = f.read()
+    assert state_version(blob) == 4
+    back, then = decode_state(blob), _replay(_log())
+    assert {j: r.spec for j, r in back.jobs.items()} == {j: r.spec for j, r in then.jobs.items()}
+    assert set(back.runs) == set(then.runs) and back.applied == then.applied
+    assert encode_state(back) == blob
+
+
+# ------------------------------------------------------------ what version 4 writes
+
+@pytest.mark.usefixtures("shared")
+def test_equal_specs_are_written_once_and_each_job_names_its_row() -> None:
+    st = ClusterState()
+    for i in range(5):
+        st.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=f"a{i}")})
+    st.apply_map({"op": "put_job", "at": T0, "spec": SPECS[1]})
+    d = _doc(encode_state(st))
+    assert len(d["specs"]) == 2
+    assert [row[:2] for row in d["jobs"]] == [["a0", 0], ["a1", 0], ["a2", 0], ["a3", 0],
+                                              ["a4", 0], [SPECS[1]["id"], 1]]
+    back = decode_state(encode_state(st))
+    for job_id, rec in st.jobs.items():
+        assert back.jobs[job_id].spec == rec.spec and back.jobs[job_id].spec.id == job_id
+
+
+def test_a_small_state_keeps_the_bytes_older_releases_read() -> None:
+    st = ClusterState()
+    for i in range(3):
+        st.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=f"a{i}")})
+    blob = encode_state(st)
+    assert state_version(blob) == UNBOUNDED_SNAPSHOT_VERSION and "specs" not in _doc(blob)
+
+
+def test_the_threshold_switches_to_the_shared_table() -> None:
+    st = ClusterState()
+    specs = [dict(SPECS[0], id=f"j{i:05d}") for i in range(SHARED_SPECS_MIN_JOBS)]
+    for part in (specs[:-1], specs[-1:]):
+        for i in range(0, len(part), 1000):  # put_jobs takes 1..1000 specs
+            assert st.apply_map({"op": "put_jobs", "at": T0, "specs": part[i:i + 1000]})["ok"]
+        if len(st.jobs) < SHARED_SPECS_MIN_JOBS:
+            assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION
+    blob = encode_state(st)
+    assert state_version(blob) == SNAPSHOT_VERSION and len(_doc(blob)["specs"]) == 1
+    back = decode_state(blob)
+    assert len(back.jobs) == SHARED_SPECS_MIN_JOBS and encode_state(back) == blob
+
+
+@pytest.mark.usefixtures("any_size")
+def test_a_member_of_an_older_release_keeps_the_old_form() -> None:
+    """A snapshot goes to any follower: while one member's release does not read
+    version 4 (its heartbeats lack ``specs``), the state is written as before."""
+    st = ClusterState()
+    old = tuple(f for f in FEATURES if f != SHARED_SPECS_FEATURE)
+    for nid, features in (("n1", FEATURES), ("n2", old)):
+        st.apply_map({"op": "heartbeat", "at": T0, "node": nid, "boot": 1, "slots": 1,
+                      "queue": 0, "features": list(features)})
+    st.apply_map({"op": "put_job", "at": T0, "spec": SPECS[0]})
+    assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION
+    st.apply_map({"op": "heartbeat", "at": T0 + S, "node": "n2", "boot": 2, "slots": 1,
+                  "queue": 0, "features": list(FEATURES)})  # n2 upgraded
+    assert state_version(encode_state(st)) == SNAPSHOT_VERSION
+    # A third node of an older release holds it back again.
+    st.apply_map({"op": "heartbeat", "at": T0 + 2 * S, "node": "n3", "boot": 1,
+                  "slots": 1, "queue": 0, "features": list(old)})
+    assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION
+
+
+# ------------------------------------------------------------ with_id
+
+def test_with_id_copies_every_field_but_the_id() -> None:
+    """A field added to JobSpec and missed by the copy would be an unset slot: reading
+    it raises. Every field here has a value other than its default."""
+    spec = JobSpec.from_spec({
+        "id": "full", "schedule": {"cron": "*/5 * * * *", "tz": "Europe/Berlin"},
+        "start": "2026-01-01T00:00:00Z", "end": "2030-01-01T00:00:00Z",
+        "command": ["echo", "x"], "timeout": "5m", "overlap": "queue",
+        "misfire": {"policy": "all", "grace": "30s", "max_catchup": 3},
+        "retries": {"max": 2, "backoff": "1s", "backoff_max": "10s"},
+        "on_node_lost": "fail", "tags": ["gpu"], "jitter": "2s", "paused": True,
+        "env": {"A": "1"}, "notify": {"on": ["failed"], "url": "https://h/x"},
+        "concurrency": {"key": "k", "max": 2}})
+    copy = with_id(spec, "other")
+    assert copy == replace(spec, id="other") and copy.id == "other"
+    for f in fields(JobSpec):
+        if f.name != "id":
+            assert getattr(copy, f.name) is getattr(spec, f.name), f.name
+    assert hash(copy) == hash(replace(spec, id="other"))
+
+
+# ------------------------------------------------------------ broken blobs
+
+def _shared_blob() -> bytes:
+    st = ClusterState()
+    for i in range(3):
+        st.apply_map({"op": "put_job", "at": T0, "spec": dict(SPECS[0], id=f"a{i}")})
+    return encode_state(st)
+
+
+@pytest.mark.usefixtures("shared")
+@pytest.mark.parametrize("index", [1, -1, "0", None, 1.0], ids=repr)
+def test_a_job_naming_no_spec_row_is_refused(index: Any) -> None:
+    d = _doc(_shared_blob())
+    d["jobs"][1][1] = index
+    with pytest.raises(ProtocolError):
+        decode_state(packb(d))
+
+
+@pytest.mark.usefixtures("shared")
+def test_version_4_without_its_spec_rows_is_refused() -> None:
+    d = _doc(_shared_blob())
+    del d["specs"]
+    with pytest.raises(ProtocolError, match="without shared spec rows"):
+        decode_state(packb(d))
+    d = _doc(_shared_blob())
+    d["specs"] = [["not", "a", "row"]]
+    with pytest.raises(ProtocolError):
+        decode_state(packb(d))
+
+
+def test_an_older_version_ignores_a_specs_key() -> None:
+    """Readers skip keys they do not know within a version: ``specs`` means something
+    only in version 4, whose job rows are shaped for it."""
+    st = _replay(_log())
+    d = _doc(encode_state(st))
+    assert d["v"] < SNAPSHOT_VERSION
+    d["specs"] = [[1, 2, 3]]
+    assert encode_state(decode_state(packb(d))) == encode_state(st)
+
+
+# ------------------------------------------------------------ any table, both forms
+
+_TEMPLATES = [
+    {"schedule": {"every": "10s"}, "command": ["echo", "a"]},
+    {"schedule": {"cron": "0 * * * *"}, "call": "bench.noop:noop", "tags": ["x"]},
+    {"schedule": {"every": "1m"}, "command": ["true"], "start": "2026-01-01T00:00:00Z"},
+    {"schedule": {"every": "1h"}, "call": "bench.noop:noop",
+     "concurrency": {"key": "k", "max": 1}, "env": {"K": "v"}},
+]
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.sampled_from(range(len(_TEMPLATES))),
+                          st.booleans()), max_size=25))
+def test_both_forms_decode_to_the_same_state(jobs: list[tuple[int, int, bool]]) -> None:
+    state = ClusterState()
+    for num, tpl, paused in jobs:
+        state.apply_map({"op": "put_job", "at": T0 + num * S,
+                         "spec": dict(_TEMPLATES[tpl], id=f"j{num}", paused=paused)})
+    plain = encode_state(state)
+    assert state_version(plain) in (UNBOUNDED_SNAPSHOT_VERSION, 2, DEPS_SNAPSHOT_VERSION)
+    old = codec.SHARED_SPECS_MIN_JOBS
+    codec.SHARED_SPECS_MIN_JOBS = 0
+    try:
+        shared = encode_state(state)
+        back = decode_state(shared)
+        assert encode_state(back) == shared
+    finally:
+        codec.SHARED_SPECS_MIN_JOBS = old
+    assert state_version(shared) == SNAPSHOT_VERSION
+    assert len(_doc(shared)["specs"]) <= len(jobs)
+    # Restored from the shared table, the state writes the plain bytes again: it is
+    # the same state, to the byte.
+    assert encode_state(back) == plain
+    assert {j: r.spec for j, r in back.jobs.items()} == \
+        {j: r.spec for j, r in state.jobs.items()}
+    assert back.due == decode_state(plain).due and back.dependents == state.dependents
+    assert back.table.job_keys == state.table.job_keys
