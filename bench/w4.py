@@ -52,6 +52,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
     c = BenchCluster(ctx.dir("w4"), workers=16, queue=64, history_limit=100,
                      max_jobs=max(steps) + 10_000)
     rows, tick_rows, snap_rows, restart_rows, replay_rows = [], [], [], [], []
+    one_rows: list[list[str]] = []
     curve: list[dict[str, Any]] = []
     try:
         c.start_all()
@@ -168,6 +169,8 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
                                                 for n in c.ids])
         res.raw["restart"] = {"stop_s": stop_s, "status_s": status_s, "jobs_s": jobs_s,
                               "rss_kb": rss_r}
+        one_rows.append(_restart_one(c, final_n))
+        res.raw["restart_one"] = one_rows[-1]
         res.raw["problems"] = pysyncobj_problems(c)
         res.locks.append(("W4 cluster (nodes restarted in the restart phase: since then)",
                           lock_report(c)))
@@ -217,6 +220,10 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         ["N", "slowest SIGTERM exit s", "status answers s", "list_jobs total == N s"]
         + [f"RSS {n} MB after" for n in ("n1", "n2", "n3")], restart_rows))
     res.tables.append((
+        "restart of one follower (SIGTERM, start again; the other two go on)",
+        ["N", "node", "SIGTERM exit s", "status answers s",
+         "consistent list_jobs on it, total == N s", "RSS MB after"], one_rows))
+    res.tables.append((
         "journal replay check: tick-probe run records before the restart vs after it "
         "(terminal records finished > 3 s before the SIGTERM)",
         ["node", "records compared", "differ", "on one side only", "examples"], replay_rows))
@@ -248,6 +255,29 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
     if curve:
         res.plots.append(_plot(ctx, curve))
     return res
+
+
+def _restart_one(c: BenchCluster, n: int) -> list[str]:
+    """Issue 31's "restart of a node to answering consistent reads": one follower
+    restarts while the other two keep the cluster; a read on it is served from its own
+    state once it has applied a barrier through the log (``node/replica/reads.py``)."""
+    leader = c.wait_leader(120)
+    nid = next(x for x in c.ids if x != leader)
+    stop_s = c.terminate(nid, 60)
+    t0 = time.monotonic()
+    c.start(nid)
+    status_s = wait_until(lambda: c.status(nid, timeout=2)["leader"] is not None
+                          and time.monotonic() - t0, 600, f"status of {nid}", 0.1)
+
+    def listed() -> float | None:
+        with c.client([nid], timeout=60) as cl:
+            if cl.list_jobs(prefix="far-", limit=1)["total"] == n:
+                return time.monotonic() - t0
+        return None
+    jobs_s = wait_until(listed, 600, f"all jobs on {nid}", 0.1)
+    rss = c.rss_kb(nid)
+    return [fmt(n), nid, fmt(stop_s, 2), fmt(status_s, 2), fmt(jobs_s, 2),
+            fmt(rss / 1024 if rss else None)]
 
 
 def _status_ok(c: BenchCluster) -> bool:
