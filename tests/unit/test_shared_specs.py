@@ -31,7 +31,7 @@ from raftsched.core.codec import (
 from raftsched.core.errors import ProtocolError
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS, with_id
+from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS, same_but_id, with_id
 from tests.support.budget import examples
 from tests.unit.test_codec import SPECS, T0, _log, _replay
 from tests.unit.test_codec import test_equal_parts_of_jobs_are_one_object as _equal_parts
@@ -167,6 +167,11 @@ def test_with_id_copies_every_field_but_the_id() -> None:
         if f.name != "id":
             assert getattr(copy, f.name) is getattr(spec, f.name), f.name
     assert hash(copy) == hash(replace(spec, id="other"))
+    assert same_but_id(copy, spec) and same_but_id(spec, copy)
+    for f in fields(JobSpec):
+        if f.name != "id":  # every field is compared: one other object in it differs
+            assert not same_but_id(replace(spec, **{f.name: object()}), spec), f.name
+    assert not same_but_id(replace(spec, env=dict(spec.env)), spec)  # equal, not same
 
 
 # ------------------------------------------------------------ broken blobs
