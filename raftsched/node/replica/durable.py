@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pysyncobj import serializer as _serializer_module
-from pysyncobj.journal import FileJournal
+from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
 from pysyncobj.pickle import dumps as _pickle_dumps
 
 from raftsched.node.config.config import DEFAULT_DURABILITY, DURABILITY_MODES
@@ -184,6 +184,11 @@ class DurableJournal(FileJournal):
         """This leader counts its own copy toward the commit of entries up to ``idx``."""
         if _tracer is not None:
             _tracer("commit", idx, 0)
+
+    def rs_log_bytes(self) -> int:
+        """The bytes of the records since the last compaction (what pysyncobj also
+        holds in memory, one copy per entry)."""
+        return int(self._FileJournal__currentOffset) - FIRST_RECORD_OFFSET
 
     def rs_last_index(self) -> int:
         entries = self._FileJournal__journal
