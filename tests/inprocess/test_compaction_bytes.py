@@ -16,6 +16,7 @@ import pytest
 from raftsched.core.clientcmds import PutJobs
 from raftsched.core.commands import Heartbeat
 from raftsched.faces.launcher import free_ports
+from raftsched.node.replica import procs
 from raftsched.node.replica.raft import DUMP_FILE, LOG_COMPACTION_ENTRIES
 from tests.inprocess.test_snapshots import DEADLINE_S, T0, _await, _node
 
@@ -32,7 +33,10 @@ def _big_put(i: int) -> PutJobs:
                                for k in range(100)), at=T0 + i, rid=f"put-{i}")
 
 
-def test_a_log_over_its_byte_bound_is_compacted_long_before_its_entry_count(tmp_path):
+def test_a_log_over_its_byte_bound_is_compacted_long_before_its_entry_count(
+        tmp_path, monkeypatch):
+    trims = []
+    monkeypatch.setattr(procs, "release_free_heap", lambda: trims.append(1))
     data_dir, addr = str(tmp_path / "n1"), f"127.0.0.1:{free_ports(1)[0]}"
     node = _node(data_dir, addr)
     dump = os.path.join(data_dir, DUMP_FILE)
@@ -47,6 +51,8 @@ def test_a_log_over_its_byte_bound_is_compacted_long_before_its_entry_count(tmp_
         _await(lambda: os.path.exists(dump), "a snapshot, by the log's bytes")
         _await(lambda: sync.rs_journal.rs_log_bytes() < BOUND, "the log compacted")
         assert node.read(lambda st: len(st.jobs)) == 600
+        # The dropped entries' heap pages are given back, off the Raft thread.
+        _await(lambda: trims, "the heap trimmed after the compaction")
         # Under the bound again: the flag the bound set is withdrawn, and no other
         # snapshot starts however many ticks pass with small entries.
         serialized = sync._SyncObj__lastSerializedEntry

@@ -24,7 +24,7 @@ from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 from pysyncobj.monotonic import monotonic as _pysyncobj_clock
 from pysyncobj.version import VERSION
 
-from raftsched.node.replica import stalls
+from raftsched.node.replica import procs, stalls
 
 log = logging.getLogger("raftsched.raft")
 
@@ -870,10 +870,14 @@ class RaftSyncObj(SyncObj):
 
     def _SyncObj__deleteEntriesTo(self, to_idx: int) -> None:
         raft_log = self._SyncObj__raftLog
-        if isinstance(raft_log, FileJournal) and len(raft_log) \
-                and drop_journal_prefix(raft_log, to_idx - raft_log[0][1]):
-            return
-        super()._SyncObj__deleteEntriesTo(to_idx)
+        if not (isinstance(raft_log, FileJournal) and len(raft_log)
+                and drop_journal_prefix(raft_log, to_idx - raft_log[0][1])):
+            super()._SyncObj__deleteEntriesTo(to_idx)
+        # The dropped entries' pages back to the system (W4, a million jobs: 525-547 B
+        # of RSS per job after the puts instead of 543-620). Not on this thread: the
+        # trim took 0.1-39 ms, a stall of the ticks.
+        threading.Thread(target=procs.release_free_heap, name="raftsched-trim",
+                         daemon=True).start()
 
 
 class _KeptLogFilter(logging.Filter):

@@ -17,3 +17,16 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except Exception:  # noqa: BLE001, S110 - not Linux: nothing to do
         pass
+
+
+def release_free_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc ``malloc_trim``; nothing
+    where there is no such call). After a log compaction: the dropped entries were big
+    ``bytes`` objects in the malloc heap (not in Python's own arenas), and their pages
+    stayed in the node's RSS until entries as big came again. ctypes releases the GIL
+    for the call."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).malloc_trim(0)
+    except Exception:  # noqa: BLE001, S110 - not glibc: nothing to give back
+        pass
