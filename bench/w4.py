@@ -251,9 +251,12 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         "window) and *plans committed* the plan commands it committed in the window.",
         f"Snapshot: pysyncobj compacts when the log exceeds {LOG_COMPACTION_ENTRIES:,}-"
         f"{LOG_COMPACTION_ENTRIES * 3 // 2:,} (drawn per node) "
-        "entries (`logCompactionMinEntries`) or after 600 s; a bulk put of N jobs is only "
-        "N/batch entries, so the time until the dump appears is the time our writes take "
-        f"to reach {LOG_COMPACTION_ENTRIES:,} entries, not a property of N. "
+        "entries (`logCompactionMinEntries`), after 600 s, or once the log since the last "
+        "snapshot holds 32 MiB (`RaftSyncObj.rs_compaction_bytes`: ~330,000 of these specs, "
+        "so the puts of the larger steps are compacted as they go). The snapshot phase "
+        "starts right after the puts, so the time until its dump appears is the time our "
+        f"small writes take to reach {LOG_COMPACTION_ENTRIES:,} entries, not a property "
+        "of N. "
         "*dump duration* = first sight of "
         "`raft.dump.tmp` → `raft.dump` replaced (polled every 20 ms).",
     ]
