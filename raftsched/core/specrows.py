@@ -4,8 +4,8 @@ Rows instead of spec dicts in snapshots: restoring a million jobs must not re-ru
 validation, and equal sub-records (schedules, policies) are shared in memory. A large
 table (snapshot version 4) goes further: each distinct spec row is written once, without
 its id, and each job names it by index, so that a restart builds one spec per distinct
-row and copies it for the other jobs (a million jobs put from a few templates decode
-~4x faster, and the snapshot is a third of its size).
+row and copies it for the other jobs (a million jobs put from one template: decoded in
+2.4-3.0 s instead of 5.1-6.0, 55 MB instead of 132 before gzip).
 """
 
 from __future__ import annotations

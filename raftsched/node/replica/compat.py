@@ -11,6 +11,7 @@ checks every attribute it relies on, loudly, before a node starts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import struct
@@ -40,7 +41,8 @@ _CLASS_ATTRS = (
     (SyncObj, "raftCurrentTerm"), (SyncObj, "transferLeadership"),
     (SyncObj, "addOnTickCallback"), (SyncObj, "_isLeader"), (SyncObj, "_getLeader"),
     (SyncObj, "_SyncObj__sendNextNodeIdx"), (SyncObj, "_SyncObj__applyLogEntries"),
-    (SyncObj, "_doDestroy"),
+    (SyncObj, "_doDestroy"), (SyncObj, "_SyncObj__tryLogCompaction"),
+    (SyncObj, "forceLogCompaction"),
     (SyncObj, "_SyncObj__doChangeCluster"), (SyncObj, "_onTick"), (SyncObj, "otherNodes"),
     (SyncObj, "addNodeToCluster"), (SyncObj, "removeNodeFromCluster"),
     (SyncObj, "_SyncObj__onNodeDisconnected"), (_syncobj_module, "_RAFT_STATE"),
@@ -57,7 +59,8 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
                         "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
                         "_SyncObj__raftMatchIndex", "_SyncObj__lastResponseTime",
-                        "_poller", "_SyncObj__pipeNotifier")),
+                        "_poller", "_SyncObj__pipeNotifier",
+                        "_SyncObj__forceLogCompaction")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset", "_FileJournal__metaStorer",
@@ -358,9 +361,13 @@ class RaftSyncObj(SyncObj):
     #: The journal as raftsched.node.replica.durable's DurableJournal, from the first tick on
     #: (None before it, or with an in-memory journal).
     rs_journal: Any = None
-    #: A snapshot is due once the log since the last one holds this many bytes, however
-    #: few its entries (pysyncobj counts entries only, and keeps them all in memory).
+    #: A snapshot is due once the log has grown by this many bytes since the last
+    #: compaction, however few its entries (pysyncobj counts entries only, and keeps
+    #: them all in memory). The node draws its own (raft.compaction_bytes).
     rs_compaction_bytes = 32 << 20
+    #: The log's bytes right after the last compaction: a kept tail over the bound (a
+    #: leader's uncommitted entries) must not start a dump at every applied entry.
+    _rs_bytes_kept = 0
     #: Whether the pending forced compaction is ours (the byte bound's), not a caller's.
     _rs_forced_by_bytes = False
     _rs_sender: Any = None
@@ -855,17 +862,21 @@ class RaftSyncObj(SyncObj):
         if not self._rs_keep_log:
             super()._SyncObj__deleteEntriesFrom(from_idx)
 
+    def forceLogCompaction(self) -> None:  # noqa: N802 - pysyncobj's name
+        # A caller's request (a test, an operation): the byte bound must not withdraw it.
+        self._rs_forced_by_bytes = False
+        super().forceLogCompaction()
+
     def _SyncObj__tryLogCompaction(self) -> None:
         # The log's bytes bound it too: a million jobs put in 1,000 entries held ~100 MB
         # of commands in memory until the 5,000th entry (W4: 576 B of RSS per job
-        # after the puts, 452 of them the state). Set, or withdrawn, before each look:
-        # a flag left set by a compaction that has since run would start another.
+        # after the puts, 452 of them the state).
         journal = self.rs_journal
         if journal is not None:
-            if journal.rs_log_bytes() > self.rs_compaction_bytes:
-                self._SyncObj__forceLogCompaction = self._rs_forced_by_bytes = True
-            elif self._rs_forced_by_bytes:
-                self._SyncObj__forceLogCompaction = self._rs_forced_by_bytes = False
+            forced = bool(getattr(self, "_SyncObj__forceLogCompaction", False))
+            self._SyncObj__forceLogCompaction, self._rs_forced_by_bytes = byte_bound(
+                forced, self._rs_forced_by_bytes,
+                journal.rs_log_bytes() - self._rs_bytes_kept, self.rs_compaction_bytes)
         super()._SyncObj__tryLogCompaction()
 
     def _SyncObj__deleteEntriesTo(self, to_idx: int) -> None:
@@ -873,11 +884,26 @@ class RaftSyncObj(SyncObj):
         if not (isinstance(raft_log, FileJournal) and len(raft_log)
                 and drop_journal_prefix(raft_log, to_idx - raft_log[0][1])):
             super()._SyncObj__deleteEntriesTo(to_idx)
+        journal = self.rs_journal
+        self._rs_bytes_kept = journal.rs_log_bytes() if journal is not None else 0
         # The dropped entries' pages back to the system (W4, a million jobs: 525-547 B
-        # of RSS per job after the puts instead of 543-620). Not on this thread: the
-        # trim took 0.1-39 ms, a stall of the ticks.
-        threading.Thread(target=procs.release_free_heap, name="raftsched-trim",
-                         daemon=True).start()
+        # of RSS per job after the puts instead of 543-620). In a thread of its own: a
+        # trim took 0.1-39 ms here (this thread may still wait for a heap lock it takes).
+        with contextlib.suppress(RuntimeError):  # no thread to be had: keep the pages
+            threading.Thread(target=procs.release_free_heap, name="raftsched-trim",
+                             daemon=True).start()
+
+
+def byte_bound(forced: bool, ours: bool, grown: int, bound: int) -> tuple[bool, bool]:
+    """pysyncobj's force-compaction flag and whether it is the byte bound's, for a log
+    grown by ``grown`` bytes since the last compaction. Withdrawn once under the bound
+    again (a flag left set by a compaction that has since run would start another),
+    but only if it was the bound's own: a caller's request stands."""
+    if grown > bound:
+        return True, True
+    if ours:
+        return False, False
+    return forced, False
 
 
 class _KeptLogFilter(logging.Filter):

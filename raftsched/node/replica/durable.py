@@ -186,8 +186,8 @@ class DurableJournal(FileJournal):
             _tracer("commit", idx, 0)
 
     def rs_log_bytes(self) -> int:
-        """The bytes of the records since the last compaction (what pysyncobj also
-        holds in memory, one copy per entry)."""
+        """The bytes of the records the journal holds: the entries a compaction kept
+        and those written since (pysyncobj holds each in memory too)."""
         return int(self._FileJournal__currentOffset) - FIRST_RECORD_OFFSET
 
     def rs_last_index(self) -> int:

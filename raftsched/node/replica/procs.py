@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import signal
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -13,10 +15,20 @@ def die_with_parent() -> None:
     ``preexec_fn``: code between fork and exec in a threaded process can deadlock; job
     processes die with their node through the guard instead."""
     try:
-        import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except Exception:  # noqa: BLE001, S110 - not Linux: nothing to do
         pass
+
+
+def _malloc_trim() -> Any:
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+#: glibc's ``malloc_trim``, looked up once (None elsewhere).
+_TRIM = _malloc_trim()
 
 
 def release_free_heap() -> None:
@@ -25,8 +37,5 @@ def release_free_heap() -> None:
     ``bytes`` objects in the malloc heap (not in Python's own arenas), and their pages
     stayed in the node's RSS until entries as big came again. ctypes releases the GIL
     for the call."""
-    try:
-        import ctypes
-        ctypes.CDLL(None).malloc_trim(0)
-    except Exception:  # noqa: BLE001, S110 - not glibc: nothing to give back
-        pass
+    if _TRIM is not None:
+        _TRIM(0)

@@ -94,6 +94,18 @@ LOG_COMPACTION_ENTRIES = 5_000
 SNAPSHOT_NICE = 19
 
 
+#: The log's growth in bytes since the last snapshot that makes one due however few
+#: its entries (compat.RaftSyncObj.rs_compaction_bytes): a million jobs put in batches
+#: of 1,000 are 1,000 entries of ~100 KB, all held in memory until the snapshot.
+LOG_COMPACTION_BYTES = 32 << 20
+
+
+def compaction_bytes(base: int = LOG_COMPACTION_BYTES) -> int:
+    """This process's byte bound, ``base`` to ``1.5 * base``, drawn once: every node's
+    log has the same bytes, and with one bound all would dump at the same entry."""
+    return base + random.randrange(base // 2 + 1)
+
+
 def compaction_entries(base: int = LOG_COMPACTION_ENTRIES) -> int:
     """This process's snapshot threshold: ``base`` to ``1.5 * base`` entries, drawn once,
     so that the members of a cluster write their snapshots at different moments."""
@@ -248,6 +260,7 @@ class RaftNode:
         self._consumer = _Consumer(self.replica)
         self.sync._rs_joining = join
         self.sync._rs_sync_journal = durability == "sync"
+        self.sync.rs_compaction_bytes = compaction_bytes()
         self.sync._rs_quick_spread_s = timing.election_timeout_min_ms / 2000
         # Well inside the connection timeout: an idle connection is never dropped.
         self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
