@@ -147,6 +147,31 @@ def test_a_member_of_an_older_release_keeps_the_old_form() -> None:
     assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION
 
 
+@pytest.mark.usefixtures("any_size")
+def test_with_a_membership_only_its_members_count_and_a_removed_one_no_longer() -> None:
+    """Once the membership is replicated, the members not removed are the ones whose
+    releases must read version 4: a removed node of an older release stops holding the
+    form back; a member that has sent no heartbeat is not waited for."""
+    st = ClusterState()
+    old = tuple(f for f in FEATURES if f != SHARED_SPECS_FEATURE)
+    seed = [{"node": f"n{i}", "raft": f"127.0.0.1:700{i}", "api": f"127.0.0.1:710{i}"}
+            for i in (1, 2, 3)]
+    assert st.apply_map({"op": "member", "action": "seed", "members": seed, "at": 1})["ok"]
+    for nid, features in (("n1", FEATURES), ("n2", FEATURES), ("n3", old)):
+        assert st.apply_map({"op": "heartbeat", "at": T0, "node": nid, "boot": 1,
+                             "slots": 1, "queue": 0, "features": list(features)})["ok"]
+    st.apply_map({"op": "put_job", "at": T0, "spec": SPECS[0]})
+    assert state_version(encode_state(st)) == UNBOUNDED_SNAPSHOT_VERSION  # n3 is old
+    assert st.apply_map({"op": "member", "action": "remove", "node": "n3",
+                         "raft": "127.0.0.1:7003", "api": "127.0.0.1:7103",
+                         "at": T0 + S})["ok"]
+    assert state_version(encode_state(st)) == SNAPSHOT_VERSION
+    assert st.apply_map({"op": "member", "action": "add", "node": "n4",
+                         "raft": "127.0.0.1:7004", "api": "127.0.0.1:7104",
+                         "at": T0 + 2 * S})["ok"]
+    assert state_version(encode_state(st)) == SNAPSHOT_VERSION  # no heartbeat from n4 yet
+
+
 # ------------------------------------------------------------ with_id
 
 def test_with_id_copies_every_field_but_the_id() -> None:
