@@ -25,7 +25,7 @@ from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal, ResizableFile
 from pysyncobj.monotonic import monotonic as _pysyncobj_clock
 from pysyncobj.version import VERSION
 
-from raftsched.node.replica import procs, stalls
+from raftsched.node.replica import pacing, procs, stalls
 
 log = logging.getLogger("raftsched.raft")
 
@@ -450,6 +450,10 @@ class RaftSyncObj(SyncObj):
             # one sync for all of them.
             self._rs_sender.flush()
         self._rs_tick_index = self._SyncObj__getCurrentLogIndex()
+        if timeToWait > 0 and self._SyncObj__raftState != _syncobj_module._RAFT_STATE.LEADER:
+            # Woken by the leader's appends, not also by a timeout of its own racing
+            # them: an idle follower's wakeups halve (pacing.follower_wait).
+            timeToWait = pacing.follower_wait(self._rs_deadline - raft_now(), timeToWait)
         super()._onTick(timeToWait)
         if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
             # The election it allowed has begun (the term moved): the next one asks
@@ -484,16 +488,26 @@ class RaftSyncObj(SyncObj):
     def _rs_stamp_appends(self) -> None:
         """Every append this node sends as leader says how long its Raft thread has
         recently stalled (raftsched.node.replica.stalls); peers of an older version ignore the
-        key, as pysyncobj reads only the keys it knows."""
+        key, as pysyncobj reads only the keys it knows. An answer to an append that
+        acknowledges nothing new is repeated only every few periods (raftsched.node.
+        replica.pacing)."""
         if self._rs_stamping:
             return  # once (the journal's adoption that calls this may be retried)
         self._rs_stamping = True
         transport = self._SyncObj__transport
         send = transport.send
+        conf = self._SyncObj__conf
+        answers = pacing.AnswerPacer(pacing.answer_every(conf.appendEntriesPeriod,
+                                                         conf.leaderFallbackTimeout))
 
         def stamped(node: Any, message: Any) -> Any:
-            if type(message) is dict and message.get("type") == "append_entries":
-                message["rs_stall"] = self._rs_stall_report
+            if type(message) is dict:
+                kind = message.get("type")
+                if kind == "append_entries":
+                    message["rs_stall"] = self._rs_stall_report
+                elif kind == "next_node_idx" and not answers.due(
+                        node, message, self._SyncObj__raftCurrentTerm, raft_now()):
+                    return True  # acknowledges nothing new (pacing.AnswerPacer)
             return send(node, message)
 
         transport.send = stamped

@@ -1,0 +1,79 @@
+"""How often an idle Raft thread wakes and speaks: the wakeups an idle cluster pays for.
+
+An idle node's CPU is mostly its Raft thread's wakeups, ~0.2 ms each (pysyncobj's
+message handling in Python, a Fernet seal or open, a syscall or two;
+``bench/results/2026-12-05-idle-floor.md``). A leader sends an append to each follower
+every append period (50 ms), which Raft needs: a follower that hears nothing for an
+election timeout campaigns. Two more wakeups per period and follower were not needed:
+
+- a follower also woke for its own poll timeout, which pysyncobj sets to one append
+  period, the same period as its leader's appends but out of phase with them, so it
+  expired just before each append came (:func:`follower_wait`);
+- a follower answered every append, and the leader woke for each answer. An answer
+  that acknowledges nothing new tells the leader only that the follower lives, which
+  its check-quorum (``leader_fallback``, 1.5 s) needs a few times per fallback, not
+  twenty times a second (:class:`AnswerPacer`).
+
+Neither changes what Raft decides: a follower's deadline is read no later than before,
+and every answer that moves the leader's match index still leaves at once.
+
+Pure: times are passed in (seconds, monotonic).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: A follower's longest poll, in append periods: long enough that its leader's next
+#: append (one period after the last, give or take the leader's jitter) comes first,
+#: and under two periods, the least gap ``stalls.StallWindow`` counts as a stall (its
+#: floor), so this wait is never taken for one.
+FOLLOWER_WAIT_PERIODS = 1.6
+#: A follower repeats an answer that acknowledges nothing new at most once per this
+#: many append periods (each leader's check-quorum still hears from it several times
+#: per fallback timeout).
+ANSWER_EVERY_PERIODS = 4
+
+
+def follower_wait(left_s: float, period_s: float) -> float:
+    """How long (seconds) a follower's Raft thread may sleep in its poll when nothing
+    arrives, ``left_s`` before its election deadline (``period_s``: the append period).
+
+    Up to :data:`FOLLOWER_WAIT_PERIODS` periods while the deadline is further away, so
+    the leader's appends alone wake it; never past the deadline by more than a period,
+    as before; never less than a period (a deadline long passed with no election to
+    start, a node cut off from everyone, must not spin)."""
+    return min(FOLLOWER_WAIT_PERIODS * period_s, max(period_s, left_s))
+
+
+def answer_every(period_s: float, fallback_s: float) -> float:
+    """How often (seconds) a follower repeats an answer that acknowledges nothing new:
+    :data:`ANSWER_EVERY_PERIODS` append periods, and at least four times per leader
+    fallback timeout whatever the timing (a leader that hears from no majority for
+    that long steps down)."""
+    return min(ANSWER_EVERY_PERIODS * period_s, fallback_s / 4)
+
+
+class AnswerPacer:
+    """Which of a follower's answers to append_entries go out (see the module
+    docstring). An answer goes out unless it is a success that acknowledges the same
+    index as this node's last answer to the same peer, in the same term, less than
+    ``every_s`` ago. A failure, a reset, a new index, another term or another leader
+    always goes out."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        #: peer -> (term, acknowledged next index, when) of the last answer sent to it.
+        self._last: dict[Any, tuple[int, int, float]] = {}
+
+    def due(self, peer: Any, message: dict[str, Any], term: int, now: float) -> bool:
+        """Whether ``message`` (a ``next_node_idx`` answer to ``peer``) goes out now."""
+        index = message.get("next_node_idx")
+        if not message.get("success") or message.get("reset") or not isinstance(index, int):
+            return True
+        last = self._last.get(peer)
+        if last is not None and last[0] == term and last[1] == index \
+                and now - last[2] < self.every_s:
+            return False
+        self._last[peer] = (term, index, now)
+        return True

@@ -1,0 +1,60 @@
+"""Issue 31 item 3, an idle cluster's cost: with real replicas (real pysyncobj, loopback
+TCP, journals), an idle follower answers its leader's appends only every few periods
+while each of its answers that acknowledges a new entry still leaves at once
+(raftsched.node.replica.pacing)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from raftsched.node.replica.pacing import answer_every
+from tests.support.raftcluster import T0, Cluster, establish, heartbeat
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _answers_heard(c: Cluster, leader: str) -> dict[Any, list[tuple[float, int]]]:
+    """(when, acknowledged index) of every answer the leader reads, by follower."""
+    heard: dict[Any, list[tuple[float, int]]] = {}
+    sync = c.nodes[leader].sync
+    inner = sync._rs_on_message
+
+    def counting(node: Any, message: Any) -> Any:
+        if isinstance(message, dict) and message.get("type") == "next_node_idx":
+            heard.setdefault(node, []).append((time.monotonic(), message["next_node_idx"]))
+        return inner(node, message)
+
+    sync._rs_on_message = counting
+    return heard
+
+
+def test_an_idle_follower_answers_every_few_periods_and_a_new_entry_at_once(tmp_path) -> None:
+    c = Cluster(tmp_path)
+    try:
+        leader, _ = establish(c)
+        conf = c.nodes[leader].sync._SyncObj__conf
+        every = answer_every(conf.appendEntriesPeriod, conf.leaderFallbackTimeout)
+        heard = _answers_heard(c, leader)
+        window = 3.0
+        c.run_for(window)
+        assert c.leader() == leader, "the leader kept its followers"
+        followers = [n for n in c.nodes if n != leader]
+        assert len(heard) == len(followers), heard
+        appends = window / conf.appendEntriesPeriod  # one append per period to each
+        for node, seen in heard.items():
+            # Unpaced: one answer per append (~60 here); paced: one per `every`.
+            assert len(seen) <= window / every + 3 < appends / 2, (node, len(seen))
+            gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:])]
+            # Check-quorum hears from it well within the leader's fallback timeout.
+            assert gaps and max(gaps) < conf.leaderFallbackTimeout / 2, (node, gaps)
+        # A new entry: each follower's answer acknowledging it is not held back, or the
+        # entry would not commit (the leader alone is no majority).
+        before = {node: seen[-1][1] for node, seen in heard.items()}
+        assert c.commit(leader, heartbeat(leader, T0 + 1))["ok"]
+        c.until(lambda: all(heard[node][-1][1] > before[node] for node in heard),
+                "both followers' answers acknowledging the new entry")
+    finally:
+        c.close()
