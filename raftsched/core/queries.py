@@ -187,10 +187,11 @@ def alive_nodes(st: StateData) -> list[str]:
     return [n for n, rec in st.nodes.items() if rec.alive]
 
 
-def node_dead(node_id: str, st: StateData) -> bool:
-    """The cluster knows ``node_id`` and counts it dead."""
+def node_beat(node_id: str, st: StateData) -> tuple[int, bool]:
+    """(runs ``node_id`` holds, whether the cluster knows it and counts it dead): what
+    the leader reads as it sees a heartbeat of the node applied."""
     rec = st.nodes.get(node_id)
-    return rec is not None and not rec.alive
+    return len(st.by_node.get(node_id, ())), rec is not None and not rec.alive
 
 
 def node_hold(node_id: str, st: StateData) -> NodeHold:
@@ -285,7 +286,7 @@ __all__ = [
     "SpecVersion", "StatusView", "loop_view", "status_view",
     "active_member_apis", "active_member_count", "alive_nodes", "done_jobs", "job_count",
     "job_count_and", "job_ids", "job_spec", "job_specs", "job_view", "member_ids_by_raft",
-    "member_rows", "member_state", "members", "node_api", "node_dead", "node_hold",
+    "member_rows", "member_state", "members", "node_api", "node_beat", "node_hold",
     "notify_default", "paused_mark", "removed_members", "run_records", "seeded",
     "spec_version", "spec_versions",
 ]

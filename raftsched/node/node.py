@@ -196,6 +196,7 @@ class Node:
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
                                  features=FEATURES,
                                  on_event=self.feed.own, clock=self.clock)
+        self.worker.on_busy = self.liveness.nudge
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
         self.worker_stats: LoopSnapshot[WorkerStatistics] = LoopSnapshot(

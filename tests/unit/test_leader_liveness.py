@@ -268,3 +268,28 @@ def test_an_idle_leader_looks_less_often_until_a_run_is_active_or_a_peer_is_cut_
     ldr.heartbeat("n2")
     assert [r.node for r in ldr.look()] == ["n3"]
     assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S  # lost: nothing left to release
+
+
+def test_heartbeat_lateness_counts_from_the_period_the_node_was_in() -> None:
+    """Issue 31 item 3: a node holding no run heartbeats at the idle period (a third of
+    the node timeout), so its heartbeats a second apart are on time; a node holding a
+    run heartbeats every 0.5 s, so the same gap is 0.5 s late (admission control's
+    sign that a self-fence is near)."""
+    ldr = Leader()
+    late: list[float] = []
+    ldr.loop.admission.observe = (  # type: ignore[method-assign]
+        lambda **kw: late.append(round(kw["heartbeat_late_s"], 3)))
+    idle_s = lease.idle_heartbeat_ms(TIMEOUT_MS, 500) / 1000
+    ldr.heartbeat("n3")  # the first seen: nothing to measure from
+    for _ in range(3):
+        ldr.clock.advance(idle_s)
+        ldr.heartbeat("n3")
+    assert late == [0.0, 0.0, 0.0]
+    st = ldr.raft.st
+    put(st, "j", at=T0 - 5 * S)
+    run_fire(st, "j", T0, node="n3", at=T0)
+    ldr.clock.advance(idle_s)
+    ldr.heartbeat("n3")  # held nothing when the last applied: still the idle period
+    ldr.clock.advance(idle_s)
+    ldr.heartbeat("n3")
+    assert late == [0.0, 0.0, 0.0, 0.0, idle_s - 0.5]

@@ -48,7 +48,7 @@ def test_node_and_member_queries():
     st = base(("n1", "n2"))
     hb(st, "n3", at=T0 - 60 * S)
     assert set(queries.alive_nodes(st)) >= {"n1", "n2"}
-    assert queries.node_dead("nope", st) is False
+    assert queries.node_beat("nope", st) == (0, False)
     assert queries.node_api("nope", st) is None
     assert queries.node_hold("n1", st) == queries.NodeHold(held=0, alive=True)
     assert queries.seeded(st) is False and queries.members(st) == []

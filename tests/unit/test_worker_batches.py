@@ -283,3 +283,21 @@ def test_a_wall_clock_stepped_back_does_not_hold_a_committed_start_for_the_step(
         assert pool._at == {}
 
     asyncio.run(main())
+
+
+def test_a_run_assigned_to_a_pool_holding_none_nudges_the_liveness_once() -> None:
+    # Issue 31 item 3: an idle node heartbeats at the idle period; the run assigned to
+    # it must speed its heartbeats up before it may spawn (liveness.Liveness.nudge).
+    _, _, run_id, raft = _one_run_assigned_to_n1()
+    nudges: list[int] = []
+
+    async def main() -> None:
+        pool = WorkerPool(node_id="n1", raft=raft, slots=4,  # type: ignore[arg-type]
+                          output_tail_bytes=100, allowed_call_prefixes=None, base_env={})
+        pool.on_busy = lambda: nudges.append(len(pool.local))
+        pool._step()
+        assert run_id in pool.local
+        pool._step()  # still held: no second nudge
+
+    asyncio.run(main())
+    assert nudges == [0]  # once, before the pool took the run in

@@ -134,7 +134,9 @@ class Timing:
     """Failure detection and Raft timing, all in milliseconds.
 
     node_timeout_ms: a node silent this long is lost; its started runs are released.
-    heartbeat_ms: how often a node reports liveness (< node_timeout / 2).
+    heartbeat_ms: how often a node holding a run (or draining) reports liveness
+        (< node_timeout / 2); one holding none, every node_timeout / 3 at the most
+        (core.lease.idle_heartbeat_ms).
     lookahead_ms: how far ahead of the due time the leader assigns a run (a big instant:
         further, in proportion to its size, up to 8 lookaheads; core.leader.lead_ms).
     election_timeout_min_ms / election_timeout_max_ms: randomised election window.

@@ -148,6 +148,9 @@ class LeaderLoop:
         #: The ``at`` of each node's newest heartbeat this loop has seen (the one its
         #: ``last_seen`` time counts from): a lease release names it.
         self.last_hb: dict[str, int] = {}
+        #: The period each node's next heartbeat should come in (idle or busy, from
+        #: the runs it held as its last one applied); none yet: no lateness measured.
+        self._next_beat_s: dict[str, float] = {}
         self.disc_since: dict[str, float] = {}
         self.released_assigned: set[str] = set()
         self.lost: set[str] = set()
@@ -183,10 +186,10 @@ class LeaderLoop:
     def saw_heartbeat(self, node_id: str, at_ms: int) -> None:
         mono = self.clock.monotonic()
         prev = self.last_seen.get(node_id)
-        if prev is not None and self.active:
+        expected = self._next_beat_s.get(node_id)
+        if prev is not None and expected is not None and self.active:
             # Heartbeats landing later than their period: a self-fence is near.
-            self.admission.observe(
-                heartbeat_late_s=mono - prev - self.cfg.timing.heartbeat_ms / 1000)
+            self.admission.observe(heartbeat_late_s=mono - prev - expected)
         self.last_seen[node_id] = mono
         self.last_hb[node_id] = at_ms
         self.lost.discard(node_id)
@@ -194,7 +197,14 @@ class LeaderLoop:
         self.skew[node_id] = at_ms - self.clock.now_ms()
         if not self.active:
             return
-        if self.raft.read(partial(queries.node_dead, node_id)):
+        held, dead = self.raft.read(partial(queries.node_beat, node_id))
+        # A node holding no run heartbeats at the idle period until a run is assigned
+        # to it; then at once at the busy one (core.lease.idle_heartbeat_ms). Its claim
+        # is committed before its next heartbeat, so the node knows it by then.
+        timing = self.cfg.timing
+        self._next_beat_s[node_id] = (timing.heartbeat_ms if held else lease.idle_heartbeat_ms(
+            timing.node_timeout_ms, timing.heartbeat_ms)) / 1000
+        if dead:
             self._wake.set()
 
     async def _sleep(self, seconds: float) -> None:
@@ -294,6 +304,7 @@ class LeaderLoop:
         # Every heartbeat committed before our record was applied before this read,
         # so it was sent before since_mono: the lease counts from since_mono at worst.
         self.last_seen = {}
+        self._next_beat_s = {}
         self.last_hb = self.raft.read(
             lambda st: {n: rec.last_hb_ms for n, rec in st.nodes.items()})
         self.disc_since.clear()

@@ -64,6 +64,13 @@ class Liveness:
         #: When (monotonic) the last acknowledged heartbeat before a quorum loss was
         #: sent, while the loss lasts; None with the quorum (or before it is first had).
         self.lost_since: float | None = None
+        #: Whether this node held a run at its last heartbeat's send or since: its
+        #: next heartbeat then comes at the busy period, not the idle one (see run).
+        self._busy = True
+        #: The guard's deadline as last sent (sent again only when it moves).
+        self._guard_at: float | None = None
+        #: The loop's sleep, while it sleeps: a nudge ends it.
+        self._nap: asyncio.Future[None] | None = None
 
     def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
         """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
@@ -94,7 +101,31 @@ class Liveness:
             # last acknowledged heartbeat, the lease, up to 0.1 s until the loop sees
             # it, then its SIGKILL grace. The leader releases no sooner (core/lease.py).
             after_ms = lease.guard_after_ms(self.timing.node_timeout_ms)
-            self.guard.deadline(self.last_ack_send + after_ms / 1000)
+            at = self.last_ack_send + after_ms / 1000
+            if at != self._guard_at:  # an unchanged deadline is one wakeup of two processes
+                self._guard_at = at
+                self.guard.deadline(at)
+
+    def nudge(self) -> None:
+        """A run was assigned to this node, which held none, or it began draining:
+        heartbeat at the busy period from now on, and at once if the last one is that
+        old (the run may spawn only within the lease; a drain's heartbeat offers no
+        slots). Called on the event loop."""
+        self._busy = True
+        nap = self._nap
+        if nap is not None and not nap.done():
+            nap.set_result(None)
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if :meth:`nudge` comes first."""
+        loop = asyncio.get_running_loop()
+        nap = self._nap = loop.create_future()
+        timer = loop.call_later(seconds, _wake, nap)
+        try:
+            await nap
+        finally:
+            timer.cancel()
+            self._nap = None
 
     def _heartbeat(self) -> Heartbeat:
         draining = self.worker.draining
@@ -108,25 +139,36 @@ class Liveness:
     async def run(self) -> None:
         """Tell the cluster this node lives; stop our runs if we cannot reach a quorum for
         half the node timeout (the leader releases them after the full timeout)."""
-        period = self.timing.heartbeat_ms / 1000
-        fence_after = lease.lease_ms(self.timing.node_timeout_ms) / 1000
+        t = self.timing
+        busy_period = t.heartbeat_ms / 1000
+        idle_ms = lease.idle_heartbeat_ms(t.node_timeout_ms, t.heartbeat_ms)
         # pysyncobj may never call back a command forwarded to a leader that died: a
         # heartbeat unanswered this long is abandoned and a new one sent (a stuck one
         # once left the lease stale for good while starts committed fine).
-        give_up = max(2 * period, 0.5)
+        give_up = max(2 * busy_period, 0.5)
         pending: asyncio.Future[Any] | None = None
         sent_at = 0.0
         tick = lease.FENCE_TICK_MS / 1000
         while True:
             now = self.clock.monotonic()
+            # Busy: a run held here at the last send or since (nudge), or now. An idle
+            # node heartbeats at the idle period; its lease may lapse (it has nothing to
+            # spawn), its quorum counts as lost only as much later (lease.fence_after_ms).
+            busy = self._busy or bool(self.worker.local) or self.worker.draining
+            period_ms = t.heartbeat_ms if busy else idle_ms
+            period = period_ms / 1000
+            fence_after = lease.fence_after_ms(t.node_timeout_ms, period_ms,
+                                               t.heartbeat_ms) / 1000
             # One heartbeat per period while the cluster answers quickly (a new one as
             # soon as the last was answered sent ~26 a second over three nodes: most of an
             # idle cluster's CPU); back to back while answers are slow, so a busy
             # cluster's lease stays as fresh as its commits allow; and a new one at once
             # when the last went unanswered too long.
-            due = now - sent_at >= period or self.ack_latency > period / 4
+            slow = busy and self.ack_latency > period / 4
+            due = now - sent_at >= period or slow
             if ((pending is None or pending.done()) and due) or now - sent_at > give_up:
                 sent_at = now
+                self._busy = bool(self.worker.local)
                 try:
                     fut = self.raft.submit(self._heartbeat())
                     pending = asyncio.wrap_future(fut)
@@ -147,8 +189,13 @@ class Liveness:
             # lease.FENCE_TICK_MS of its time. Otherwise sleep until the next is due.
             overdue = (pending is not None and not pending.done() and now - sent_at > tick) \
                 or now - self.last_ack_send > period + tick
-            until_next = sent_at + period - now if self.ack_latency <= period / 4 else tick
-            await asyncio.sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
+            until_next = tick if slow else sent_at + period - now
+            await self._sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
+
+
+def _wake(nap: asyncio.Future[None]) -> None:
+    if not nap.done():
+        nap.set_result(None)
 
 
 __all__ = ["Liveness"]

@@ -141,6 +141,9 @@ class WorkerPool:
         #: ahead the leader began to plan that instant.
         self._first_assigned: dict[int, int] = {}
         self.local: dict[str, LocalRun] = {}
+        #: Called when a run is assigned to this pool while it holds none, and when it
+        #: starts draining (the node's liveness: an idle node heartbeats less often).
+        self.on_busy: Callable[[], None] | None = None
         #: Starts and finishes to the replica (its own part: the finish queue's timing).
         self.commits = WorkerCommits(node_id=node_id, raft=raft, local=self.local,
                                      freed=self.notify, clock=clock)
@@ -223,6 +226,8 @@ class WorkerPool:
         runs a second time. :meth:`hurry` cuts the wait short (a second SIGTERM)."""
         self.draining = True
         self._wake.set()
+        if self.on_busy is not None:
+            self.on_busy()  # the next heartbeat (no slots) goes out now, not in a second
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         running = [loc for loc in self._busy() if loc.phase != Phase.FINISHING]
@@ -311,6 +316,8 @@ class WorkerPool:
             return 0.05
         now = self.clock.now_ms()
         mine, moved = self.raft.read(self._sync_claims)
+        if mine and not self.local and self.on_busy is not None:
+            self.on_busy()  # its heartbeats speed up before the run may spawn
         for loc in moved:
             # Outside the lock: a claim this node waited on went elsewhere (typically
             # while it was paused or cut off); it never runs it here. Said once.
