@@ -47,7 +47,7 @@ def test_an_idle_follower_answers_every_few_periods_and_a_new_entry_at_once(tmp_
         for node, seen in heard.items():
             # Unpaced: one answer per append (~60 here); paced: one per `every`.
             assert len(seen) <= window / every + 3 < appends / 2, (node, len(seen))
-            gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:])]
+            gaps = [b[0] - a[0] for a, b in zip(seen, seen[1:], strict=False)]
             # Check-quorum hears from it well within the leader's fallback timeout.
             assert gaps and max(gaps) < conf.leaderFallbackTimeout / 2, (node, gaps)
         # A new entry: each follower's answer acknowledging it is not held back, or the

@@ -88,7 +88,7 @@ def _run(script: Any) -> tuple[Raft, Worker, Liveness, list[tuple[str, dict[str,
 
 
 def _gaps(times: list[float]) -> list[float]:
-    return [round(b - a, 3) for a, b in zip(times, times[1:])]
+    return [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
 
 
 def test_an_idle_node_heartbeats_at_the_idle_period_and_a_busy_one_at_the_busy_period(
