@@ -22,11 +22,14 @@ from raftsched.core.packing import packb
 #: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
 #: command version 5, snapshot version 3) and ``specs`` (it reads snapshot version 4,
 #: the shared spec table).
-FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs")
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs", "seal")
 #: Dependent jobs, concurrency keys and backfills: only once every member has them.
 DEPS_FEATURE = "deps"
 #: Snapshots with the shared spec table (version 4): only once every member reads them.
 SHARED_SPECS_FEATURE = "specs"
+#: Raft messages sealed with the AEAD (node/replica/raftkeys.py): only once every
+#: member opens them.
+SEAL_FEATURE = "seal"
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 
@@ -265,6 +268,7 @@ __all__ = [
     "DEPS_FEATURE",
     "FEATURES",
     "LEASE_FEATURE",
+    "SEAL_FEATURE",
     "SHARED_SPECS_FEATURE",
     "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "MAX_AT_MS",
     "MAX_BATCH", "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION",

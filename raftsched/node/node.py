@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease, queries
-from raftsched.core.cmdbase import FEATURES
+from raftsched.core.cmdbase import FEATURES, SEAL_FEATURE
 from raftsched.core.effects import (
     ClaimsReleased,
     Effect,
@@ -357,12 +357,20 @@ class Node:
         sys.stderr.write(f"error: {self.node_id}: {problem}\n")
         self.stop()
 
+    def _choose_seal(self) -> None:
+        """Raft messages are sealed with the AEAD once every member's heartbeats say it
+        opens them (raftkeys.py); with Fernet while one does not (a rolling upgrade)."""
+        keyring = self.raft.keyring
+        if keyring is not None:
+            keyring.aead = not self.features.missing(SEAL_FEATURE)
+
     def _on_effects(self, effects: list[Effect]) -> None:
         wake_worker = wake_leader = False
         me = self.node_id
         for eff in effects:
             if isinstance(eff, HeartbeatSeen):
                 self.leader.saw_heartbeat(eff.node_id, eff.at_ms)
+                self._choose_seal()
                 continue
             wake_leader = wake_leader or isinstance(eff, _LEADER_WAKERS)
             wake_worker = wake_worker or isinstance(eff, _WORKER_WAKERS)

@@ -233,6 +233,8 @@ def test_raft_port_with_a_password_never_unpickles_garbage_or_payloads(
             _pysyncobj_message((os.urandom(32), _TouchOnUnpickle(m1))),
             _pysyncobj_message([_SystemOnUnpickle(m2)] * 3),
             struct.pack("i", 40) + rng.randbytes(40),
+            # Forged in the AEAD seal's form: its version byte, a timestamp, a nonce.
+            struct.pack("i", 61) + b"\x01" + rng.randbytes(60),
             struct.pack("i", 0),
             struct.pack("i", -5) + rng.randbytes(16),
             rng.randbytes(200),
@@ -254,6 +256,27 @@ def test_raft_port_with_a_password_never_unpickles_garbage_or_payloads(
     for marker in markers:
         assert not os.path.exists(marker), f"the node unpickled our payload: {marker}"
 
+
+
+def test_every_node_seals_its_raft_messages_with_the_aead_once_every_member_opens_it(
+        cluster: Cluster) -> None:
+    """Issue 31 item 3: the AEAD (raftkeys.py) replaces Fernet once every member's
+    heartbeats list ``seal``; this cluster runs one release, so all three switch, and
+    keep committing."""
+    wait_until(lambda: all(cluster.status(n)["raft_seal"] == "aead" for n in cluster.ids),
+               20, "every node to seal with the AEAD")
+    with cluster.client() as cl:
+        cl.put_job({"id": "sealed", "schedule": {"at": "2099-01-01T00:00:00Z"},
+                    "command": ["true"]})
+    wait_until(lambda: all("sealed" in _job_ids(cluster, n) for n in cluster.ids), 20,
+               "the put applied on every node")
+    with cluster.client() as cl:
+        cl.delete_job("sealed")
+
+
+def _job_ids(c: Cluster, nid: str) -> set[str]:
+    with c.client([nid]) as cl:
+        return {j["id"] for j in cl.list_jobs(stale=True)["jobs"]}
 
 
 def test_raft_port_does_not_buffer_an_unbounded_message_from_a_stranger(

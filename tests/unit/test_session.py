@@ -6,7 +6,7 @@ import pytest
 from cryptography.fernet import InvalidToken
 
 from raftsched.core.errors import ProtocolError
-from raftsched.node.replica.compat import derive_fernet
+from raftsched.node.replica.compat import derive_fernet, derive_key
 from raftsched.node.replica.raftkeys import RaftKeyring
 from raftsched.wire import session
 
@@ -66,7 +66,7 @@ def test_a_read_only_token_names_its_cluster_and_not_its_secret() -> None:
 
 def test_the_raft_keyring_speaks_pysyncobj_s_format_and_rotates() -> None:
     plain = derive_fernet(A)  # what a node with password=A uses
-    ring = RaftKeyring([A], derive_fernet)
+    ring = RaftKeyring([A], derive_key)
     assert plain.decrypt(ring.encrypt_at_time(b"m", 5)) == b"m"
     assert ring.decrypt(plain.encrypt_at_time(b"m", 5)) == b"m"
     assert ring.extract_timestamp(plain.encrypt_at_time(b"m", 7)) == 7
@@ -80,7 +80,7 @@ def test_the_raft_keyring_speaks_pysyncobj_s_format_and_rotates() -> None:
 
 def test_the_keyring_verifies_a_received_token_once_and_still_refuses_a_forged_one() -> None:
     plain = derive_fernet(A)
-    ring = RaftKeyring([A], derive_fernet)
+    ring = RaftKeyring([A], derive_key)
     token = plain.encrypt_at_time(b"m", 7)
     # pysyncobj's order: the timestamp, then the plaintext of that very token.
     assert ring.extract_timestamp(token) == 7

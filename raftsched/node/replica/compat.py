@@ -120,6 +120,18 @@ def derive_fernet(password: str) -> Any:
     return _get_encryptor(password)
 
 
+def derive_key(password: str) -> bytes:
+    """The 32 bytes pysyncobj's Fernet key for ``password`` is made of: its own
+    PBKDF2-SHA256 (100k rounds, its fixed salt), so a node sealing with a keyring and a
+    node given only ``password`` use one key."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+    from pysyncobj.encryptor import SALT
+
+    kdf = PBKDF2HMAC(algorithm=hashes.SHA256(), length=32, salt=SALT, iterations=100_000)
+    return kdf.derive(password.encode())
+
+
 def _keyring_encryptors() -> None:
     """``SyncObj.__init__`` builds its one encryptor by calling the module's
     ``getEncryptor(password)``: a :class:`~raftsched.node.replica.raftkeys.RaftKeyring` given

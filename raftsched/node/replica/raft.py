@@ -41,7 +41,7 @@ from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.machine import ClusterState
 from raftsched.node.observe import gcwatch
-from raftsched.node.replica.compat import RaftSyncObj, derive_fernet, install, raft_now
+from raftsched.node.replica.compat import RaftSyncObj, derive_key, install, raft_now
 from raftsched.node.replica.durable import (
     DEFAULT_DURABILITY,
     DURABILITY_MODES,
@@ -211,7 +211,7 @@ class RaftNode:
         self._lead_term: int | None = None
         secrets = [secret] if isinstance(secret, str) else list(secret or [])
         #: pysyncobj's encryptor (None without a secret); ``set_secrets`` rotates it.
-        self.keyring = RaftKeyring(secrets, derive_fernet) if secrets else None
+        self.keyring = RaftKeyring(secrets, derive_key) if secrets else None
         conf = SyncObjConf(
             bindAddress=self_addr,
             password=self.keyring,
@@ -280,6 +280,13 @@ class RaftNode:
             self.destroy(wait_s=5.0)
             raise OSError(errno.EADDRINUSE, f"raft address {self_addr} cannot be bound "
                                             f"(in use by another process?)") from None
+
+    def seal(self) -> str | None:
+        """How this node seals its Raft messages now: "aead", "fernet", or None (no
+        secret: nothing sealed)."""
+        if self.keyring is None:
+            return None
+        return "aead" if self.keyring.aead else "fernet"
 
     def set_secrets(self, secrets: list[str]) -> None:
         """A new keyring (the used secret first): every connection, open or new, seals

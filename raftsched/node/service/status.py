@@ -111,6 +111,9 @@ class StatusView:
             "admission": admission.to_dict() if admission is not None else None,
             # Group commit on this node (durable.py): syncs made and what they cost.
             "durability": _durability(self.raft),
+            # How this node seals its Raft messages: "aead" once every member opens the
+            # AEAD, "fernet" before (raftkeys.py); None without a secret.
+            "raft_seal": self.raft.seal(),
             "leader_record": leader, "notify": notify, "membership": members,
             "backfills": backfills, "concurrency": keys,
             # Each member's HTTP API/dashboard address (config; absent: that node serves
