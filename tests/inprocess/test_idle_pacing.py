@@ -58,3 +58,46 @@ def test_an_idle_follower_answers_every_few_periods_and_a_new_entry_at_once(tmp_
                 "both followers' answers acknowledging the new entry")
     finally:
         c.close()
+
+
+def _appends_heard(c: Cluster, nid: str) -> list[float]:
+    """When ``nid`` reads each append_entries from now on."""
+    heard: list[float] = []
+    sync = c.nodes[nid].sync
+    inner = sync._rs_on_message
+
+    def counting(node: Any, message: Any) -> Any:
+        if isinstance(message, dict) and message.get("type") == "append_entries":
+            heard.append(time.monotonic())
+        return inner(node, message)
+
+    sync._rs_on_message = counting
+    return heard
+
+
+def test_a_calm_caught_up_leader_spaces_its_empty_appends_and_a_stalled_one_does_not(
+        tmp_path) -> None:
+    from raftsched.node.replica.compat import raft_now
+    from raftsched.node.replica.pacing import IDLE_APPEND_PERIODS
+
+    c = Cluster(tmp_path)
+    try:
+        leader, _ = establish(c)
+        period = c.nodes[leader].sync._SyncObj__conf.appendEntriesPeriod
+        follower = next(n for n in c.nodes if n != leader)
+        window = 3.0
+        calm = _appends_heard(c, follower)
+        c.run_for(window)
+        calm_n = len(calm)
+        # Every two periods (~30 in 3 s), not every period (~60).
+        assert calm_n <= window / (IDLE_APPEND_PERIODS * period) + 4, calm_n
+        # A stall of its own Raft thread (a loaded host): the full rate for its window.
+        c.nodes[leader].sync._rs_stalls.note(raft_now(), 5.0)
+        stalled = _appends_heard(c, follower)
+        c.run_for(window)
+        assert len(stalled) >= 1.4 * calm_n, (len(stalled), calm_n)
+        assert c.leader() == leader
+        # An entry is sent at once and commits, spaced appends or not.
+        assert c.commit(leader, heartbeat(leader, T0 + 2))["ok"]
+    finally:
+        c.close()

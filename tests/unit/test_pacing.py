@@ -5,34 +5,53 @@ the election deadline, or an answer that moves the leader's match index."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from raftsched.node.replica.pacing import (
     ANSWER_EVERY_PERIODS,
     FOLLOWER_WAIT_PERIODS,
+    IDLE_APPEND_PERIODS,
     AnswerPacer,
     answer_every,
+    beyond_period,
     follower_wait,
+    leader_wait,
+    next_append_in,
 )
 
 _left = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False) | st.just(float("inf"))
 
 
 @given(left=_left, period=st.floats(min_value=1e-4, max_value=10.0))
-def test_a_followers_wait_never_spins_never_overshoots_its_deadline_and_stays_under_a_stall(
+def test_a_threads_wait_never_spins_never_overshoots_its_deadline_and_is_not_a_stall(
         left: float, period: float) -> None:
-    wait = follower_wait(left, period)
-    assert wait >= period  # a deadline long past, nobody to campaign with: no busy loop
-    assert wait <= max(left, 0.0) + period  # the deadline is read no later than before
-    assert wait <= FOLLOWER_WAIT_PERIODS * period < 2 * period  # never counted a stall
+    for wait, longest in ((follower_wait(left, period), FOLLOWER_WAIT_PERIODS),
+                          (leader_wait(left, period), IDLE_APPEND_PERIODS)):
+        assert wait >= period  # a deadline long past, nobody to campaign with: no busy loop
+        assert wait <= max(left, 0.0) + period  # read no later than before
+        assert wait <= longest * period
+        # The stall window is given the gap less what was chosen beyond a period: an
+        # idle thread's cadence stays under its floor (two periods).
+        assert wait - beyond_period(wait, period) == pytest.approx(period)
 
 
 def test_a_follower_with_time_left_sleeps_until_its_leaders_next_append_can_come() -> None:
-    assert follower_wait(0.5, 0.05) == FOLLOWER_WAIT_PERIODS * 0.05
+    assert follower_wait(0.5, 0.05) == pytest.approx(FOLLOWER_WAIT_PERIODS * 0.05)
+    # Past a calm leader's idle appends (two periods), so they alone wake it.
+    assert FOLLOWER_WAIT_PERIODS > IDLE_APPEND_PERIODS
     assert follower_wait(0.06, 0.05) == 0.06  # wakes at the deadline itself
     assert follower_wait(0.01, 0.05) == 0.05  # as before: one period
-    assert follower_wait(float("inf"), 0.05) == FOLLOWER_WAIT_PERIODS * 0.05  # joining
+    assert follower_wait(float("inf"), 0.05) == pytest.approx(FOLLOWER_WAIT_PERIODS * 0.05)
+
+
+def test_only_a_calm_caught_up_leader_spaces_its_empty_appends() -> None:
+    assert next_append_in(0.05, caught_up=True, calm=True) == IDLE_APPEND_PERIODS * 0.05
+    assert next_append_in(0.05, caught_up=False, calm=True) == 0.05
+    assert next_append_in(0.05, caught_up=True, calm=False) == 0.05
+    assert leader_wait(0.1, 0.05) == 0.1  # its appends are due in two periods: one wakeup
+    assert leader_wait(0.0, 0.05) == 0.05  # as before
 
 
 def _ok(index: int) -> dict[str, object]:

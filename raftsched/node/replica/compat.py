@@ -42,7 +42,7 @@ _CLASS_ATTRS = (
     (SyncObj, "addOnTickCallback"), (SyncObj, "_isLeader"), (SyncObj, "_getLeader"),
     (SyncObj, "_SyncObj__sendNextNodeIdx"), (SyncObj, "_SyncObj__applyLogEntries"),
     (SyncObj, "_doDestroy"), (SyncObj, "_SyncObj__tryLogCompaction"),
-    (SyncObj, "forceLogCompaction"),
+    (SyncObj, "forceLogCompaction"), (SyncObj, "_SyncObj__sendAppendEntries"),
     (SyncObj, "_SyncObj__doChangeCluster"), (SyncObj, "_onTick"), (SyncObj, "otherNodes"),
     (SyncObj, "addNodeToCluster"), (SyncObj, "removeNodeFromCluster"),
     (SyncObj, "_SyncObj__onNodeDisconnected"), (_syncobj_module, "_RAFT_STATE"),
@@ -59,6 +59,7 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__connectedNodes", "_SyncObj__transferInProgress",
                         "_SyncObj__otherNodes", "_SyncObj__selfNode", "_SyncObj__conf",
                         "_SyncObj__raftMatchIndex", "_SyncObj__lastResponseTime",
+                        "_SyncObj__newAppendEntriesTime",
                         "_poller", "_SyncObj__pipeNotifier",
                         "_SyncObj__forceLogCompaction")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
@@ -361,6 +362,8 @@ class RaftSyncObj(SyncObj):
     #: leader reports the longest recent one in every append (``rs_stall``).
     _rs_stalls: stalls.StallWindow | None = None
     _rs_stall_report = 0.0
+    #: What this thread's last poll chose to wait beyond an append period (pacing.py).
+    _rs_waited_beyond = 0.0
     _rs_stamping = False
     #: The longest recent stall our current leader reported, and how many times this
     #: node waited out a silence of that leader longer than its election timeout.
@@ -425,7 +428,8 @@ class RaftSyncObj(SyncObj):
         now = raft_now()
         conf = self._SyncObj__conf
         if self._rs_last_tick is not None:
-            gap = now - self._rs_last_tick
+            # Less what the last poll chose to wait beyond a period (pacing.py).
+            gap = now - self._rs_last_tick - self._rs_waited_beyond
             if gap > conf.raftMinTimeout:
                 self._rs_woke_at = now
             if self._rs_stalls is None:
@@ -462,10 +466,17 @@ class RaftSyncObj(SyncObj):
             # one sync for all of them.
             self._rs_sender.flush()
         self._rs_tick_index = self._SyncObj__getCurrentLogIndex()
-        if timeToWait > 0 and self._SyncObj__raftState != _syncobj_module._RAFT_STATE.LEADER:
-            # Woken by the leader's appends, not also by a timeout of its own racing
-            # them: an idle follower's wakeups halve (pacing.follower_wait).
-            timeToWait = pacing.follower_wait(self._rs_deadline - raft_now(), timeToWait)
+        if timeToWait > 0:
+            period = timeToWait
+            if self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
+                # Until its next appends are due (pacing.next_append_in).
+                timeToWait = pacing.leader_wait(
+                    self._SyncObj__newAppendEntriesTime - raft_now(), period)
+            else:
+                # Woken by the leader's appends, not also by a timeout of its own
+                # racing them: an idle follower's wakeups halve (pacing.follower_wait).
+                timeToWait = pacing.follower_wait(self._rs_deadline - raft_now(), period)
+            self._rs_waited_beyond = pacing.beyond_period(timeToWait, period)
         super()._onTick(timeToWait)
         if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
             # The election it allowed has begun (the term moved): the next one asks
@@ -887,6 +898,17 @@ class RaftSyncObj(SyncObj):
     def _SyncObj__deleteEntriesFrom(self, from_idx: int) -> None:
         if not self._rs_keep_log:
             super()._SyncObj__deleteEntriesFrom(from_idx)
+
+    def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802 - pysyncobj's name
+        super()._SyncObj__sendAppendEntries()
+        index = self._SyncObj__getCurrentLogIndex()
+        match = self._SyncObj__raftMatchIndex
+        caught_up = self._SyncObj__raftCommitIndex == index and all(
+            match.get(node, 0) >= index for node in self._SyncObj__otherNodes)
+        # pysyncobj set the next ones one period from the start of these.
+        self._SyncObj__newAppendEntriesTime += pacing.next_append_in(
+            self._SyncObj__conf.appendEntriesPeriod, caught_up=caught_up,
+            calm=self._rs_stall_report == 0.0) - self._SyncObj__conf.appendEntriesPeriod
 
     def forceLogCompaction(self) -> None:  # noqa: N802 - pysyncobj's name
         # A caller's request (a test, an operation): the byte bound must not withdraw it.

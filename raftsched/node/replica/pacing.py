@@ -14,8 +14,17 @@ election timeout campaigns. Two more wakeups per period and follower were not ne
   its check-quorum (``leader_fallback``, 1.5 s) needs a few times per fallback, not
   twenty times a second (:class:`AnswerPacer`).
 
-Neither changes what Raft decides: a follower's deadline is read no later than before,
-and every answer that moves the leader's match index still leaves at once.
+And a calm leader whose whole log every follower holds, acknowledged and committed,
+sends its empty appends every :data:`IDLE_APPEND_PERIODS` periods
+(:func:`next_append_in`): a follower's election timeout (200-600 ms) still hears two or
+more of them, pre-vote keeps one follower's early deadline from deposing anyone (its
+peer has heard the leader), and an entry is sent the moment it is appended, as before.
+"Calm": the leader reported no stall of its own Raft thread in the last 30 s
+(``stalls.StallWindow``), so a loaded host keeps the full rate.
+
+None of this changes what Raft decides: a follower's deadline is read no later than
+before, every entry and every answer that moves the leader's match index leaves at
+once, and a thread's deliberate wait beyond an append period is not counted as a stall.
 
 Pure: times are passed in (seconds, monotonic).
 """
@@ -24,11 +33,12 @@ from __future__ import annotations
 
 from typing import Any
 
+#: A calm, caught-up leader's empty appends come this many append periods apart.
+IDLE_APPEND_PERIODS = 2
 #: A follower's longest poll, in append periods: long enough that its leader's next
-#: append (one period after the last, give or take the leader's jitter) comes first,
-#: and under two periods, the least gap ``stalls.StallWindow`` counts as a stall (its
-#: floor), so this wait is never taken for one.
-FOLLOWER_WAIT_PERIODS = 1.6
+#: append (up to IDLE_APPEND_PERIODS after the last, give or take the leader's jitter)
+#: comes first.
+FOLLOWER_WAIT_PERIODS = IDLE_APPEND_PERIODS + 0.6
 #: A follower repeats an answer that acknowledges nothing new at most once per this
 #: many append periods (each leader's check-quorum still hears from it several times
 #: per fallback timeout).
@@ -44,6 +54,27 @@ def follower_wait(left_s: float, period_s: float) -> float:
     as before; never less than a period (a deadline long passed with no election to
     start, a node cut off from everyone, must not spin)."""
     return min(FOLLOWER_WAIT_PERIODS * period_s, max(period_s, left_s))
+
+
+def next_append_in(period_s: float, *, caught_up: bool, calm: bool) -> float:
+    """Seconds from a leader's appends to its next empty ones: one period, or
+    :data:`IDLE_APPEND_PERIODS` while every follower holds, has acknowledged and knows
+    committed its whole log (``caught_up``) and its Raft thread has not stalled
+    lately (``calm``)."""
+    return IDLE_APPEND_PERIODS * period_s if caught_up and calm else period_s
+
+
+def leader_wait(left_s: float, period_s: float) -> float:
+    """How long (seconds) a leader's Raft thread may sleep in its poll, ``left_s`` before
+    its next appends are due: until then (not a period, then another), between one
+    period (as before) and :data:`IDLE_APPEND_PERIODS`."""
+    return min(IDLE_APPEND_PERIODS * period_s, max(period_s, left_s))
+
+
+def beyond_period(wait_s: float, period_s: float) -> float:
+    """The part of a poll's wait beyond one append period: the thread chose it, so the
+    gap to its next tick is that much longer without being a stall."""
+    return max(0.0, wait_s - period_s)
 
 
 def answer_every(period_s: float, fallback_s: float) -> float:
