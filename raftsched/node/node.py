@@ -217,6 +217,7 @@ class Node:
         self.notifier = notifier.Notifier(
             raft=self.raft, leader=self.leader, cfg=cfg.notify, secret=self.secret,
             node_id=node_id, missing_feature=self.features.missing, clock=self.clock)
+        self.leader.on_lead = self.notifier.wake
 
     def _build_ops(self, cfg: ClusterConfig) -> dict[str, Op]:
         """The service operations, and the table the API router dispatches on."""
@@ -359,9 +360,11 @@ class Node:
 
     def _choose_seal(self) -> None:
         """Raft messages are sealed with the AEAD once every member's heartbeats say it
-        opens them (raftkeys.py); with Fernet while one does not (a rolling upgrade)."""
+        opens them (raftkeys.py); with Fernet until then (a rolling upgrade)."""
         keyring = self.raft.keyring
-        if keyring is not None:
+        if keyring is not None and not keyring.aead:
+            # Once on, it stays on: a member may not go back to an older release then
+            # (docs/operations.md), and the check is a read of the state per heartbeat.
             keyring.aead = not self.features.missing(SEAL_FEATURE)
 
     def _on_effects(self, effects: list[Effect]) -> None:

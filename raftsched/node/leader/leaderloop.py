@@ -141,6 +141,8 @@ class LeaderLoop:
         self.metrics = metrics
         self.missing_feature = missing_feature
         self.active = False
+        #: Called as this node's leadership of a term is established (the notifier).
+        self.on_lead: Callable[[], None] | None = None
         self.term: int | None = None
         self.since_ms = 0
         self.since_mono = 0.0
@@ -252,6 +254,8 @@ class LeaderLoop:
                 if not await self._establish(term):
                     await self._sleep(HOUSEKEEPING_S)
                     continue
+                if self.on_lead is not None:
+                    self.on_lead()
             try:
                 await self._hand_over_if_draining()
                 await self._liveness()

@@ -40,6 +40,10 @@ log = logging.getLogger("raftsched.notify")
 MAX_INFLIGHT = 8
 #: Pending deliveries are looked at least this often while leading.
 ROUND_S = 0.25
+#: With none pending or in flight, or while not leading, this often: a new delivery
+#: (its NotifyPending effect) and this node's leadership (the leader loop's
+#: ``on_lead``) wake the notifier at once, so this only bounds a missed wake.
+IDLE_ROUND_S = 2.0
 COMMIT_TIMEOUT_S = 5.0
 
 
@@ -119,22 +123,29 @@ class Notifier:
         while True:
             self._wake.clear()
             term = self._leading()
+            # Deliveries pending (a retry's later time) or in flight, or this term's
+            # default not yet committed: look again in a round.
+            busy = False
             if term is not None:
                 try:
                     await self._sync_default(term)
+                    busy = self._default_term != term
                     free = MAX_INFLIGHT - len(self.inflight)
                     if free > 0:
-                        due = self.raft.read(functools.partial(
+                        due, pending = self.raft.read(functools.partial(
                             _due, self.clock.now_ms(), self.inflight, free))
+                        busy = busy or pending
                         for d in due:
                             self.inflight.add(d.key)
                             task = asyncio.create_task(self._deliver(d))
                             tasks.add(task)
                             task.add_done_callback(tasks.discard)
+                    busy = busy or bool(self.inflight)
                 except Exception:  # noqa: BLE001 - the loop must survive a bug in one round
+                    busy = True
                     log.exception("notify round failed")
             try:
-                await asyncio.wait_for(self._wake.wait(), ROUND_S)
+                await asyncio.wait_for(self._wake.wait(), ROUND_S if busy else IDLE_ROUND_S)
             except TimeoutError:
                 pass
 
@@ -195,8 +206,9 @@ class Notifier:
             return None
 
 
-def _due(now: int, inflight: set[str], limit: int, st: Any) -> list[Any]:
-    return notify.due(st, now, inflight, limit)
+def _due(now: int, inflight: set[str], limit: int, st: Any) -> tuple[list[Any], bool]:
+    """(the deliveries due now, whether any is pending at all)."""
+    return notify.due(st, now, inflight, limit), bool(st.notify.pending)
 
 
 def with_status(state: Any, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
