@@ -22,7 +22,8 @@ from raftsched.core.packing import packb
 #: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
 #: command version 5, snapshot version 3) and ``specs`` (it reads snapshot version 4,
 #: the shared spec table).
-FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs", "seal")
+FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs", "seal",
+            "idlebeat")
 #: Dependent jobs, concurrency keys and backfills: only once every member has them.
 DEPS_FEATURE = "deps"
 #: Snapshots with the shared spec table (version 4): only once every member reads them.
@@ -30,6 +31,9 @@ SHARED_SPECS_FEATURE = "specs"
 #: Raft messages sealed with the AEAD (node/replica/raftkeys.py): only once every
 #: member opens them.
 SEAL_FEATURE = "seal"
+#: Idle nodes' heartbeats at the idle period (core/lease.py): only once every member's
+#: leader loop measures their lateness against it.
+IDLE_BEAT_FEATURE = "idlebeat"
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 
@@ -267,6 +271,7 @@ def items_field(cmd: dict[str, Any], key: str, width: int) -> list[list[Any]]:
 __all__ = [
     "DEPS_FEATURE",
     "FEATURES",
+    "IDLE_BEAT_FEATURE",
     "LEASE_FEATURE",
     "SEAL_FEATURE",
     "SHARED_SPECS_FEATURE",

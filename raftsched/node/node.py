@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease, queries
-from raftsched.core.cmdbase import FEATURES, SEAL_FEATURE
+from raftsched.core.cmdbase import FEATURES, IDLE_BEAT_FEATURE, SEAL_FEATURE
 from raftsched.core.effects import (
     ClaimsReleased,
     Effect,
@@ -67,6 +67,7 @@ from raftsched.node.observe.clock import (
 )
 from raftsched.node.observe.feed import LiveFeed
 from raftsched.node.observe.loopsnapshot import LoopSnapshot
+from raftsched.node.replica import raftkeys
 from raftsched.node.replica.raft import DUMP_FILE, JOURNAL_FILE, RaftNode
 from raftsched.node.replica.readpace import ReadPacer
 from raftsched.node.replica.reads import ReadBarrier
@@ -194,8 +195,9 @@ class Node:
         #: Heartbeats, the lease and the self-fence (liveness.py).
         self.liveness = Liveness(raft=self.raft, worker=self.worker, guard=self.guard,
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
-                                 features=FEATURES,
-                                 on_event=self.feed.own, clock=self.clock)
+                                 features=HEARTBEAT_FEATURES,
+                                 on_event=self.feed.own, clock=self.clock,
+                                 idle_ok=lambda: not self.features.missing(IDLE_BEAT_FEATURE))
         self.worker.on_busy = self.liveness.nudge
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
@@ -572,6 +574,11 @@ class Node:
             await self.writes.await_quorum()
         return await audit.audited(self.node_id, op, args, lambda: fn(args))
 
+
+#: What this node's heartbeats announce: its release's features, less the AEAD seal
+#: where cryptography's OpenSSL lacks AES-GCM-SIV (its peers then keep Fernet).
+HEARTBEAT_FEATURES = FEATURES if raftkeys.AEAD_AVAILABLE else tuple(
+    f for f in FEATURES if f != SEAL_FEATURE)
 
 _LISTENING_FDS: list[int] = []
 

@@ -26,18 +26,22 @@ WOKEN = "woken"
 
 
 class Raft:
-    """Records each heartbeat's send time; commits it at once unless ``hold``."""
+    """Records each heartbeat's send time; commits it at once unless ``hold``; fails
+    the heartbeats whose numbers (0-based) are in ``fail``."""
 
     def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.sent: list[float] = []
         self.hold = False
         self.held: list[concurrent.futures.Future[Any]] = []
+        self.fail: set[int] = set()
 
     def submit(self, _cmd: Any) -> concurrent.futures.Future[Any]:
         self.sent.append(self.clock.monotonic())
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if self.hold:
+        if len(self.sent) - 1 in self.fail:
+            fut.set_exception(RuntimeError("leader changed"))
+        elif self.hold:
             self.held.append(fut)
         else:
             fut.set_result({"ok": True})
@@ -54,23 +58,38 @@ class Worker:
         self.fences.append(reason)
 
 
-def _run(script: Any) -> tuple[Raft, Worker, Liveness, list[tuple[str, dict[str, Any]]]]:
+def _run(script: Any, *, fail: set[int] | None = None, idle_ok: bool = True,
+         guard: Any = None) -> tuple[Raft, Worker, Liveness, list[tuple[str, dict[str, Any]]]]:
     """Run the liveness loop until ``script(clock, raft, worker, liveness)`` (called at
     each of the loop's sleeps, with the clock at the sleep's start) returns True; if it
     returns ``WOKEN``, that sleep ends at once (a nudge came during it)."""
     clock = FakeClock(wall_ms=1_700_000_000_000)
     raft, worker, said = Raft(clock), Worker(), []
+    raft.fail = fail or set()
     me: Any = SimpleNamespace(id="n1", workers=4, queue=4, tags=(), api="")
-    liv = Liveness(raft=raft, worker=worker, guard=None, me=me,  # type: ignore[arg-type]
+    liv = Liveness(raft=raft, worker=worker, guard=guard, me=me,  # type: ignore[arg-type]
                    timing=TIMING, boot_ms=1, features=(), clock=clock,
-                   on_event=lambda name, fields: said.append((name, fields)))
+                   on_event=lambda name, fields: said.append((name, fields)),
+                   idle_ok=lambda: idle_ok)
 
     async def main() -> None:
         done = asyncio.get_running_loop().create_future()
 
+        nudges = [0]
+        nudge = liv.nudge
+
+        def counted() -> None:
+            nudges[0] += 1
+            nudge()
+
+        liv.nudge = counted  # type: ignore[method-assign]
+
         async def sleep(seconds: float) -> None:
+            before = nudges[0]
             for _ in range(3):
                 await asyncio.sleep(0)  # the acknowledgements' callbacks run
+            if nudges[0] != before:
+                return  # a nudge as the sleep began: it ends at once
             said = script(clock, raft, worker, liv)
             if said is True:
                 done.set_result(None)
@@ -164,3 +183,27 @@ def test_a_nudge_ends_the_loops_sleep() -> None:
         assert liv._busy and liv._nap is None
 
     asyncio.run(main())
+
+
+def test_an_idle_node_that_loses_a_heartbeat_retries_at_the_busy_period_and_stays() -> None:
+    # The third heartbeat fails (a leader change): the next comes 0.5 s later, not 1 s,
+    # and is acknowledged well before the idle fence (2 s after the last one that was).
+    raft, worker, _, said = _run(lambda clock, raft, worker, liv: len(raft.sent) >= 8,
+                                 fail={2})
+    gaps = _gaps(raft.sent)
+    assert gaps[2] == TIMING.heartbeat_ms / 1000, gaps
+    assert gaps[3:] == [1.0] * len(gaps[3:]), gaps  # idle again once one is acknowledged
+    assert not said and not worker.fences
+
+
+def test_until_every_member_reads_idle_heartbeats_an_idle_node_keeps_the_busy_period() -> None:
+    raft, *_ = _run(lambda clock, raft, worker, liv: len(raft.sent) >= 6, idle_ok=False)
+    assert set(_gaps(raft.sent)) == {TIMING.heartbeat_ms / 1000}
+
+
+def test_the_guard_hears_of_its_deadline_only_when_it_moves() -> None:
+    deadlines: list[float] = []
+    guard = SimpleNamespace(deadline=deadlines.append)
+    raft, *_ = _run(lambda clock, raft, worker, liv: len(raft.sent) >= 4, guard=guard)
+    # One per acknowledged heartbeat (and the first, at start), not one per loop turn.
+    assert len(deadlines) == len(set(deadlines)) <= len(raft.sent) + 1

@@ -81,3 +81,19 @@ def test_a_leader_hears_from_its_followers_several_times_per_fallback_whatever_t
         ) -> None:
     assert answer_every(0.05, 1.5) == ANSWER_EVERY_PERIODS * 0.05
     assert answer_every(0.5, 1.0) == 0.25  # a slow append period, a short fallback
+
+
+def test_appends_are_spaced_only_where_the_timing_leaves_room() -> None:
+    from raftsched.node.replica.pacing import may_space
+
+    assert may_space(0.05, 0.2, 1.5)  # the defaults: two spaced appends per 200 ms
+    assert not may_space(0.06, 0.2, 1.5)  # an append period near election_min / 3
+    assert not may_space(0.05, 0.2, 0.3)  # a fallback of under four spaced rounds
+
+
+def test_a_dropped_connection_lets_the_next_answer_out() -> None:
+    p = AnswerPacer(10.0)
+    assert p.due("L", _ok(10), 3, 0.0)
+    assert not p.due("L", _ok(10), 3, 0.1)
+    p.forget("L")  # the one answer it had may have been lost with the connection
+    assert p.due("L", _ok(10), 3, 0.2)

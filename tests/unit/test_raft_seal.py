@@ -7,6 +7,8 @@ upgrade switches nodes one at a time)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from cryptography.fernet import InvalidToken
 from hypothesis import given
@@ -81,3 +83,33 @@ def test_a_rotation_s_keyring_opens_both_secrets_and_forgets_the_old_one() -> No
     ring.set([B])  # step 3: A is forgotten
     with pytest.raises(InvalidToken):
         ring.extract_timestamp(_ring(A).encrypt_at_time(b"m", 5))
+
+
+def test_a_node_seals_with_the_aead_only_once_no_member_lacks_the_seal_feature() -> None:
+    """node.Node._choose_seal, at each applied heartbeat: while a member's heartbeats do
+    not list ``seal`` (an older release, mid-upgrade) the node keeps Fernet, which that
+    member opens; once none lacks it, the AEAD, for good."""
+    from types import SimpleNamespace
+
+    from raftsched.core.cmdbase import SEAL_FEATURE
+    from raftsched.node.node import Node
+
+    lacking = ["n2"]
+    asked: list[str] = []
+
+    def missing(feature: str) -> list[str]:
+        asked.append(feature)
+        return list(lacking)
+
+    ring = _ring(A, aead=False)
+    node: Any = SimpleNamespace(raft=SimpleNamespace(keyring=ring),
+                                features=SimpleNamespace(missing=missing))
+    Node._choose_seal(node)
+    assert ring.aead is False and asked == [SEAL_FEATURE]
+    assert ring.encrypt_at_time(b"m", 1)[:1] == b"g"  # Fernet: n2 opens it
+    lacking.clear()  # n2 upgraded: its heartbeat lists seal
+    Node._choose_seal(node)
+    assert ring.aead is True
+    lacking.append("n4")
+    Node._choose_seal(node)
+    assert ring.aead is True and len(asked) == 2  # not read again once chosen

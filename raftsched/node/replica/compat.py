@@ -364,6 +364,8 @@ class RaftSyncObj(SyncObj):
     _rs_stall_report = 0.0
     #: What this thread's last poll chose to wait beyond an append period (pacing.py).
     _rs_waited_beyond = 0.0
+    #: Which answers to appends go out (pacing.AnswerPacer; made in the first tick).
+    _rs_answers: pacing.AnswerPacer | None = None
     _rs_stamping = False
     #: The longest recent stall our current leader reported, and how many times this
     #: node waited out a silence of that leader longer than its election timeout.
@@ -415,6 +417,9 @@ class RaftSyncObj(SyncObj):
         a leader that is alive but whose connection dropped is deposed by one election,
         as a timeout would have done after its next silence."""
         super()._SyncObj__onNodeDisconnected(node)
+        if self._rs_answers is not None:
+            # An answer held back may have been the one a dropped connection lost.
+            self._rs_answers.forget(node)
         if (self._rs_quick_spread_s > 0 and not self._rs_joining
                 and node == self._SyncObj__raftLeader
                 and self._SyncObj__raftState == _syncobj_module._RAFT_STATE.FOLLOWER):
@@ -466,17 +471,6 @@ class RaftSyncObj(SyncObj):
             # one sync for all of them.
             self._rs_sender.flush()
         self._rs_tick_index = self._SyncObj__getCurrentLogIndex()
-        if timeToWait > 0:
-            period = timeToWait
-            if self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
-                # Until its next appends are due (pacing.next_append_in).
-                timeToWait = pacing.leader_wait(
-                    self._SyncObj__newAppendEntriesTime - raft_now(), period)
-            else:
-                # Woken by the leader's appends, not also by a timeout of its own
-                # racing them: an idle follower's wakeups halve (pacing.follower_wait).
-                timeToWait = pacing.follower_wait(self._rs_deadline - raft_now(), period)
-            self._rs_waited_beyond = pacing.beyond_period(timeToWait, period)
         super()._onTick(timeToWait)
         if self._rs_prevote_won and self._SyncObj__raftCurrentTerm != self._rs_won_in_term:
             # The election it allowed has begun (the term moved): the next one asks
@@ -498,6 +492,7 @@ class RaftSyncObj(SyncObj):
         from raftsched.node.replica import durable
 
         self._rs_stamp_appends()
+        self._rs_pace_polls()
         wake = PipeNotifier(self._poller).notify if self._rs_sync_journal else None
         journal = durable.adopt(self._SyncObj__raftLog, sync=self._rs_sync_journal,
                                 wake=wake)
@@ -520,8 +515,8 @@ class RaftSyncObj(SyncObj):
         transport = self._SyncObj__transport
         send = transport.send
         conf = self._SyncObj__conf
-        answers = pacing.AnswerPacer(pacing.answer_every(conf.appendEntriesPeriod,
-                                                         conf.leaderFallbackTimeout))
+        answers = self._rs_answers = pacing.AnswerPacer(pacing.answer_every(
+            conf.appendEntriesPeriod, conf.leaderFallbackTimeout))
 
         def stamped(node: Any, message: Any) -> Any:
             if type(message) is dict:
@@ -534,6 +529,28 @@ class RaftSyncObj(SyncObj):
             return send(node, message)
 
         transport.send = stamped
+
+    def _rs_pace_polls(self) -> None:
+        """The tick's poll waits until this node next has something to do, read as it
+        begins (after the tick's appends went out): a leader until its next appends
+        are due, a follower until its leader's next append can come (pacing.py)."""
+        poller = self._poller
+        inner = poller.poll
+
+        def paced(timeout: float) -> Any:
+            if timeout > 0:
+                period, now = timeout, raft_now()
+                if self._SyncObj__raftState == _syncobj_module._RAFT_STATE.LEADER:
+                    timeout = pacing.leader_wait(
+                        self._SyncObj__newAppendEntriesTime - now, period)
+                else:
+                    timeout = pacing.follower_wait(self._rs_deadline - now, period)
+                self._rs_waited_beyond = pacing.beyond_period(timeout, period)
+            else:
+                self._rs_waited_beyond = 0.0
+            return inner(timeout)
+
+        poller.poll = paced
 
     def _rs_silence_tolerated(self) -> float:
         """Seconds of our leader's silence to wait out (0.0: the election timeout)."""
@@ -905,10 +922,13 @@ class RaftSyncObj(SyncObj):
         match = self._SyncObj__raftMatchIndex
         caught_up = self._SyncObj__raftCommitIndex == index and all(
             match.get(node, 0) >= index for node in self._SyncObj__otherNodes)
+        conf = self._SyncObj__conf
+        period = conf.appendEntriesPeriod
+        calm = self._rs_stall_report == 0.0 and pacing.may_space(
+            period, conf.raftMinTimeout, conf.leaderFallbackTimeout)
         # pysyncobj set the next ones one period from the start of these.
         self._SyncObj__newAppendEntriesTime += pacing.next_append_in(
-            self._SyncObj__conf.appendEntriesPeriod, caught_up=caught_up,
-            calm=self._rs_stall_report == 0.0) - self._SyncObj__conf.appendEntriesPeriod
+            period, caught_up=caught_up, calm=calm) - period
 
     def forceLogCompaction(self) -> None:  # noqa: N802 - pysyncobj's name
         # A caller's request (a test, an operation): the byte bound must not withdraw it.

@@ -64,6 +64,14 @@ def next_append_in(period_s: float, *, caught_up: bool, calm: bool) -> float:
     return IDLE_APPEND_PERIODS * period_s if caught_up and calm else period_s
 
 
+def may_space(period_s: float, election_min_s: float, fallback_s: float) -> bool:
+    """Whether the timing leaves room to space a leader's empty appends: a follower's
+    shortest election timeout still hears two spaced appends, and the leader's fallback
+    four rounds of them (a timing set near the config's limits keeps one period)."""
+    spaced = IDLE_APPEND_PERIODS * period_s
+    return election_min_s >= 2 * spaced - 1e-9 and fallback_s >= 4 * spaced - 1e-9
+
+
 def leader_wait(left_s: float, period_s: float) -> float:
     """How long (seconds) a leader's Raft thread may sleep in its poll, ``left_s`` before
     its next appends are due: until then (not a period, then another), between one
@@ -108,3 +116,7 @@ class AnswerPacer:
             return False
         self._last[peer] = (term, index, now)
         return True
+
+    def forget(self, peer: Any) -> None:
+        """``peer``'s connection dropped: its next answer goes out, whatever it says."""
+        self._last.pop(peer, None)

@@ -388,7 +388,10 @@ class RaftNode:
         permanent tick callback: pysyncobj holds a non-reentrant lock around them, so a
         callback that unregistered itself deadlocked the Raft thread.)"""
         now = time.monotonic()
-        gap, self._last_tick = now - self._last_tick, now
+        # Less what the last poll chose to wait beyond a period (a calm idle leader
+        # sleeps until its spaced appends: replica/pacing.py), as the stall window does.
+        gap = now - self._last_tick - self.sync._rs_waited_beyond
+        self._last_tick = now
         if gap > self._tick_gap:
             self._tick_gap = gap
         while self._tick_actions:

@@ -47,8 +47,25 @@ _NONCE = 12
 _HKDF_INFO = b"raftsched raft seal v1: AES-256-GCM-SIV"
 
 
-def aead_key(pbkdf2_key: bytes) -> AESGCMSIV:
-    """The AEAD of one secret, from the 32 bytes its Fernet key is made of."""
+def _aead_available() -> bool:
+    """Whether cryptography's OpenSSL has AES-GCM-SIV (3.2 and later; a distribution's
+    cryptography may link an older one): without it the node keeps Fernet and does not
+    announce the ``seal`` feature, so no peer seals for it either."""
+    try:
+        AESGCMSIV(bytes(32))
+    except Exception:  # noqa: BLE001 - UnsupportedAlgorithm, or anything else: no AEAD
+        return False
+    return True
+
+
+AEAD_AVAILABLE = _aead_available()
+
+
+def aead_key(pbkdf2_key: bytes) -> AESGCMSIV | None:
+    """The AEAD of one secret, from the 32 bytes its Fernet key is made of (None where
+    it is not available)."""
+    if not AEAD_AVAILABLE:
+        return None
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
                info=_HKDF_INFO).derive(pbkdf2_key)
     return AESGCMSIV(key)
@@ -64,7 +81,7 @@ class RaftKeyring:
 
     def __init__(self, secrets: Sequence[str], derive: Callable[[str], bytes]) -> None:
         self._derive = derive
-        self._cache: dict[str, tuple[Fernet, AESGCMSIV]] = {}
+        self._cache: dict[str, tuple[Fernet, AESGCMSIV | None]] = {}
         self._lock = threading.Lock()
         self._multi: MultiFernet
         self._aeads: tuple[AESGCMSIV, ...] = ()
@@ -91,10 +108,10 @@ class RaftKeyring:
             # One assignment each: a reader sees the old keyring or the new one (a
             # token sealed by either of two keyrings a rotation step apart opens).
             self._multi = MultiFernet([f for f, _ in pairs])
-            self._aeads = tuple(a for _, a in pairs)
+            self._aeads = tuple(a for _, a in pairs if a is not None)
 
     def encrypt_at_time(self, data: bytes, current_time: int) -> bytes:
-        if not self.aead:
+        if not (self.aead and self._aeads):
             return self._multi.encrypt_at_time(data, current_time)
         head = _HEAD.pack(AEAD_VERSION, current_time)
         nonce = os.urandom(_NONCE)

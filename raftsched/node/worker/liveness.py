@@ -39,7 +39,8 @@ class Liveness:
     def __init__(self, *, raft: ReplicaPort, worker: WorkerPool, guard: Guard | None,
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
                  on_event: Callable[[str, dict[str, Any]], None] | None = None,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK,
+                 idle_ok: Callable[[], bool] = lambda: True) -> None:
         #: Where it reads time (the worker's clock: the lease is read there).
         self.clock = clock
         self.raft = raft
@@ -71,12 +72,21 @@ class Liveness:
         self._guard_at: float | None = None
         #: The loop's sleep, while it sleeps: a nudge ends it.
         self._nap: asyncio.Future[None] | None = None
+        #: Whether every member's leader loop reads idle heartbeats as such (a rolling
+        #: upgrade: an older leader counts a 1 s heartbeat 0.5 s late and slows the
+        #: cluster's planning); read at each send.
+        self.idle_ok = idle_ok
 
     def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
         """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
         move on at once (not at the heartbeat loop's next turn: a run may be about to
         start on the strength of it)."""
-        if fut.cancelled() or fut.exception() is not None or sent_at <= self.lease_base:
+        if fut.cancelled() or fut.exception() is not None:
+            # Not committed (a leader change, a refusal): the next one comes at the
+            # busy period, so an idle node survives a lost heartbeat as a busy one does.
+            self.nudge()
+            return
+        if sent_at <= self.lease_base:
             return
         self.lease_base = self.last_ack_send = sent_at
         #: How long the cluster took to answer it (a busy cluster renews more often).
@@ -168,7 +178,7 @@ class Liveness:
             due = now - sent_at >= period or slow
             if ((pending is None or pending.done()) and due) or now - sent_at > give_up:
                 sent_at = now
-                self._busy = bool(self.worker.local)
+                self._busy = bool(self.worker.local) or not self.idle_ok()
                 try:
                     fut = self.raft.submit(self._heartbeat())
                     pending = asyncio.wrap_future(fut)
