@@ -101,3 +101,17 @@ def test_a_calm_caught_up_leader_spaces_its_empty_appends_and_a_stalled_one_does
         assert c.commit(leader, heartbeat(leader, T0 + 2))["ok"]
     finally:
         c.close()
+
+
+def test_the_poll_is_paced_once_however_often_the_first_tick_is_retried(tmp_path) -> None:
+    # The journal's adoption (which installs the pacing) is retried at every tick while
+    # it fails; wrapping the poll again each time nested the waits.
+    c = Cluster(tmp_path)
+    try:
+        establish(c)
+        sync = next(iter(c.nodes.values())).sync
+        paced = sync._poller.poll
+        sync._rs_pace_polls()
+        assert sync._poller.poll is paced
+    finally:
+        c.close()

@@ -366,6 +366,11 @@ class RaftSyncObj(SyncObj):
     _rs_waited_beyond = 0.0
     #: Which answers to appends go out (pacing.AnswerPacer; made in the first tick).
     _rs_answers: pacing.AnswerPacer | None = None
+    #: Whether the poll's wait is paced (_rs_pace_polls has run).
+    _rs_pacing = False
+    #: Whether the timing leaves room to space empty appends (pacing.may_space; read
+    #: from the conf in the first tick).
+    _rs_may_space = False
     _rs_stamping = False
     #: The longest recent stall our current leader reported, and how many times this
     #: node waited out a silence of that leader longer than its election timeout.
@@ -533,7 +538,12 @@ class RaftSyncObj(SyncObj):
     def _rs_pace_polls(self) -> None:
         """The tick's poll waits until this node next has something to do, read as it
         begins (after the tick's appends went out): a leader until its next appends
-        are due, a follower until its leader's next append can come (pacing.py)."""
+        are due, a follower until its leader's next append can come (pacing.py). Once:
+        the journal's adoption that calls this is retried while it fails, and a second
+        wrapper would take the first one's wait for the period."""
+        if self._rs_pacing:
+            return
+        self._rs_pacing = True
         poller = self._poller
         inner = poller.poll
 
@@ -551,6 +561,9 @@ class RaftSyncObj(SyncObj):
             return inner(timeout)
 
         poller.poll = paced
+        conf = self._SyncObj__conf
+        self._rs_may_space = pacing.may_space(conf.appendEntriesPeriod, conf.raftMinTimeout,
+                                              conf.leaderFallbackTimeout)
 
     def _rs_silence_tolerated(self) -> float:
         """Seconds of our leader's silence to wait out (0.0: the election timeout)."""
@@ -918,17 +931,19 @@ class RaftSyncObj(SyncObj):
 
     def _SyncObj__sendAppendEntries(self) -> None:  # noqa: N802 - pysyncobj's name
         super()._SyncObj__sendAppendEntries()
+        # Called once per appended command under load: the cheap reads decide first.
+        if self._rs_stall_report != 0.0 or not self._rs_may_space:
+            return
         index = self._SyncObj__getCurrentLogIndex()
+        if self._SyncObj__raftCommitIndex != index:
+            return
         match = self._SyncObj__raftMatchIndex
-        caught_up = self._SyncObj__raftCommitIndex == index and all(
-            match.get(node, 0) >= index for node in self._SyncObj__otherNodes)
-        conf = self._SyncObj__conf
-        period = conf.appendEntriesPeriod
-        calm = self._rs_stall_report == 0.0 and pacing.may_space(
-            period, conf.raftMinTimeout, conf.leaderFallbackTimeout)
+        if any(match.get(node, 0) < index for node in self._SyncObj__otherNodes):
+            return
+        period = self._SyncObj__conf.appendEntriesPeriod
         # pysyncobj set the next ones one period from the start of these.
         self._SyncObj__newAppendEntriesTime += pacing.next_append_in(
-            period, caught_up=caught_up, calm=calm) - period
+            period, caught_up=True, calm=True) - period
 
     def forceLogCompaction(self) -> None:  # noqa: N802 - pysyncobj's name
         # A caller's request (a test, an operation): the byte bound must not withdraw it.
