@@ -23,7 +23,7 @@ from raftsched.core.packing import packb
 #: command version 5, snapshot version 3) and ``specs`` (it reads snapshot version 4,
 #: the shared spec table).
 FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs", "seal",
-            "idlebeat")
+            "idlebeat", "contact")
 #: Dependent jobs, concurrency keys and backfills: only once every member has them.
 DEPS_FEATURE = "deps"
 #: Snapshots with the shared spec table (version 4): only once every member reads them.
@@ -34,6 +34,9 @@ SEAL_FEATURE = "seal"
 #: Idle nodes' heartbeats at the idle period (core/lease.py): only once every member's
 #: leader loop measures their lateness against it.
 IDLE_BEAT_FEATURE = "idlebeat"
+#: An idle node's liveness read from Raft contact, its heartbeat entries only a refresh
+#: (core/lease.py contact_heartbeat_ms): only once every member's leader loop reads it.
+CONTACT_FEATURE = "contact"
 #: A release decided by a node's lease (``Release.hb``): only once every member checks it.
 LEASE_FEATURE = "lease"
 
@@ -272,6 +275,7 @@ __all__ = [
     "DEPS_FEATURE",
     "FEATURES",
     "IDLE_BEAT_FEATURE",
+    "CONTACT_FEATURE",
     "LEASE_FEATURE",
     "SEAL_FEATURE",
     "SHARED_SPECS_FEATURE",

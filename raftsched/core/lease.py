@@ -55,6 +55,46 @@ def idle_heartbeat_ms(node_timeout_ms: int, heartbeat_ms: int) -> int:
     return max(heartbeat_ms, node_timeout_ms // 3)
 
 
+#: How often an idle node's heartbeat entry is refreshed once every member reads Raft
+#: contact as an idle node's liveness (``contact_heartbeat_ms``), in node timeouts.
+CONTACT_REFRESH_TIMEOUTS = 10
+
+
+def contact_heartbeat_ms(node_timeout_ms: int) -> int:
+    """The heartbeat period of an idle node once every member lists the ``contact``
+    feature: ten node timeouts (30 s by default).
+
+    Between two, the node's Raft thread is what says it lives: the leader reads a
+    follower that holds no run as alive while that follower answers its appends (it
+    does at least every 200 ms), and the node reads its quorum from its leader's appends
+    (or, leading, from a majority's answers). A heartbeat entry was still 3 of an idle
+    cluster's 3.2 entries per second, each appended, synced and applied by every node:
+    ~0.5 % of a core on the leader. The refresh keeps the node's record (its last
+    heartbeat, clock skew) from growing older than this; a node that holds a run
+    heartbeats at the busy period as before, and only its heartbeats count then."""
+    return node_timeout_ms * CONTACT_REFRESH_TIMEOUTS
+
+
+def contact_fits(node_timeout_ms: int, heard_every_s: float) -> bool:
+    """Whether Raft contact heard every ``heard_every_s`` at the latest (a follower's
+    answer interval, plus how often the leader reads them) leaves room in the node
+    timeout to read an idle node's liveness from it: three such intervals per timeout.
+    Else (a timing far from the defaults) idle nodes keep their heartbeats."""
+    return heard_every_s * 3 <= node_timeout_ms / 1000
+
+
+def majority_contact_age(peer_ages: list[float], voters: int) -> float | None:
+    """A leader's contact with a quorum: seconds since enough of its ``peer_ages`` (since
+    each follower last answered it) answered to make a majority of ``voters`` with
+    itself; None when too few peers are known. A lone node is its own quorum (0)."""
+    needed = voters // 2  # followers it needs beside itself
+    if needed <= 0:
+        return 0.0
+    if len(peer_ages) < needed:
+        return None
+    return sorted(peer_ages)[needed - 1]
+
+
 def fence_after_ms(node_timeout_ms: int, period_ms: int, heartbeat_ms: int) -> int:
     """How long after its newest acknowledged heartbeat's send a node heartbeating every
     ``period_ms`` counts its quorum lost and stops its runs: the lease, plus what a

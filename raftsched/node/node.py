@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import lease, queries
-from raftsched.core.cmdbase import FEATURES, IDLE_BEAT_FEATURE, SEAL_FEATURE
+from raftsched.core.cmdbase import CONTACT_FEATURE, FEATURES, IDLE_BEAT_FEATURE, SEAL_FEATURE
 from raftsched.core.effects import (
     ClaimsReleased,
     Effect,
@@ -55,7 +55,7 @@ from raftsched.node.config.config import (
 )
 from raftsched.node.config.secrets import SecretSource
 from raftsched.node.datadir import DataDirLock, announce_secret, check_node_files
-from raftsched.node.leader import notifier
+from raftsched.node.leader import contact, notifier
 from raftsched.node.leader.leaderloop import LeaderLoop
 from raftsched.node.observe import eventpolicy, events
 from raftsched.node.observe.clock import (
@@ -170,6 +170,7 @@ class Node:
         base_env = {k: v for k, v in env.items()
                     if not k.startswith("RAFTSCHED_") and k != (cfg.secret_env or "")}
         fence_after_s = lease.lease_ms(cfg.timing.node_timeout_ms) / 1000
+        fits = contact.timing_fits(cfg.timing)
         try:
             # Spawns this node's jobs, kills them if the node freezes, and certifies this
             # incarnation dead if it dies (see guard.py).
@@ -189,7 +190,7 @@ class Node:
             start_limit=self.me.workers + self.me.queue,
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
-            lease=lambda: self.liveness.lease_base, lease_s=fence_after_s, clock=self.clock)
+            lease=lambda: self.liveness.spawn_lease(), lease_s=fence_after_s, clock=self.clock)
         #: The live feed of the HTTP event streams (feed.py).
         self.feed = LiveFeed(node_id)
         #: Heartbeats, the lease and the self-fence (liveness.py).
@@ -197,7 +198,9 @@ class Node:
                                  me=self.me, timing=cfg.timing, boot_ms=self.boot_ms,
                                  features=HEARTBEAT_FEATURES,
                                  on_event=self.feed.own, clock=self.clock,
-                                 idle_ok=lambda: not self.features.missing(IDLE_BEAT_FEATURE))
+                                 idle_ok=lambda: not self.features.missing(IDLE_BEAT_FEATURE),
+                                 contact_ok=lambda: fits and not self.features.missing(
+                                     CONTACT_FEATURE))
         self.worker.on_busy = self.liveness.nudge
         #: The worker's statistics for other threads (the metrics endpoint), built on
         #: the loop that mutates the pool.
@@ -213,7 +216,7 @@ class Node:
         self.leader = LeaderLoop(raft=self.raft, node_id=node_id, cfg=cfg,
                                  raft_to_id=self.raft_to_id, boot_ms=self.boot_ms,
                                  metrics=metrics, missing_feature=self.features.missing,
-                                 clock=self.clock)
+                                 clock=self.clock, contact_fits=contact.timing_fits(cfg.timing))
         # The webhook signing key is derived once, from the secret in use at start: a
         # secret rotation does not re-key it.
         self.notifier = notifier.Notifier(

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from raftsched.core import lease
+from raftsched.core.cmdbase import CONTACT_FEATURE
 from raftsched.core.commands import LeaderRecord, Release
 from raftsched.core.machine import ClusterState
 from raftsched.node.config.addressbook import AddressBook
@@ -42,11 +43,15 @@ ADDR = {"n1": "10.0.0.1:7001", "n2": "10.0.0.2:7001", "n3": "10.0.0.3:7001"}
 class Replica:
     """The replica port over one in-process state, at Raft term ``term``."""
 
-    def __init__(self, st: ClusterState, term: int) -> None:
+    def __init__(self, st: ClusterState, term: int, clock: FakeClock) -> None:
         self.st = st
         self.term = term
+        self.clock = clock
         self.connected = {ADDR["n2"]: True, ADDR["n3"]: True}
         self.submitted: list[Any] = []
+        #: Raft address -> when (the fake clock) that follower last answered an append;
+        #: none: the leader's Raft thread reports nothing (as a follower's does).
+        self.answered: dict[str, float] = {}
 
     def read(self, fn: Any) -> Any:
         return fn(self.st)
@@ -64,6 +69,10 @@ class Replica:
     def connected_peers(self) -> dict[str, bool]:
         return dict(self.connected)
 
+    def contact_ages(self) -> dict[str, float]:
+        now = self.clock.monotonic()
+        return {addr: now - at for addr, at in self.answered.items()}
+
     def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
         self.submitted.append(cmd)
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -78,19 +87,22 @@ class Replica:
 class Leader:
     """n1, leading term 1 of a three-node cluster, on a fake clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, contact: bool = True) -> None:
         self.clock = FakeClock(wall_ms=T0)
         st = ClusterState()
         for n in ADDR:
             hb(st, n, at=T0 - 5 * S)
-        self.raft = Replica(st, term=1)
+        self.raft = Replica(st, term=1, clock=self.clock)
+        # ``contact``: every member lists the feature (else n3 lacks it).
+        missing = (lambda _f: []) if contact else (
+            lambda f: ["n3"] if f == CONTACT_FEATURE else [])
         nodes = [SimpleNamespace(id=n, raft=a, api=f"{a[:-4]}8001") for n, a in ADDR.items()]
         cfg: Any = SimpleNamespace(nodes=nodes, timing=SimpleNamespace(
             node_timeout_ms=TIMEOUT_MS, lookahead_ms=250, heartbeat_ms=500))
         raft: Any = self.raft
         self.loop = LeaderLoop(
             node_id="n1", raft=raft, raft_to_id=AddressBook.of(ADDR.items()),
-            cfg=cfg, boot_ms=T0 - 60 * S, metrics=None, missing_feature=lambda _f: [],
+            cfg=cfg, boot_ms=T0 - 60 * S, metrics=None, missing_feature=missing,
             clock=self.clock)
         assert asyncio.run(self.loop._establish(1))
 
@@ -274,8 +286,8 @@ def test_heartbeat_lateness_counts_from_the_period_the_node_was_in() -> None:
     """Issue 31 item 3: a node holding no run heartbeats at the idle period (a third of
     the node timeout), so its heartbeats a second apart are on time; a node holding a
     run heartbeats every 0.5 s, so the same gap is 0.5 s late (admission control's
-    sign that a self-fence is near)."""
-    ldr = Leader()
+    sign that a self-fence is near). (Before every member reads Raft contact.)"""
+    ldr = Leader(contact=False)
     late: list[float] = []
     ldr.loop.admission.observe = (  # type: ignore[method-assign]
         lambda **kw: late.append(round(kw["heartbeat_late_s"], 3)))
@@ -293,3 +305,69 @@ def test_heartbeat_lateness_counts_from_the_period_the_node_was_in() -> None:
     ldr.clock.advance(idle_s)
     ldr.heartbeat("n3")
     assert late == [0.0, 0.0, 0.0, 0.0, idle_s - 0.5]
+
+
+def _answering(ldr: Leader, seconds: float, *, answering: tuple[str, ...] = ("n3",),
+               beating: tuple[str, ...] = ("n2",)) -> list[Release]:
+    """``seconds`` in 0.1 s steps: the ``answering`` followers' Raft threads answer the
+    leader's appends, the ``beating`` ones heartbeat; the releases committed."""
+    out: list[Release] = []
+    for _ in range(round(seconds / 0.1)):
+        ldr.clock.advance(0.1)
+        for node in answering:
+            ldr.raft.answered[ADDR[node]] = ldr.clock.monotonic()
+        for node in beating:
+            ldr.heartbeat(node)
+        out += ldr.look()
+    return out
+
+
+def test_an_idle_follower_answering_the_leader_lives_without_heartbeats_until_it_stops() -> None:
+    """Issue 31 item 3: once every member lists ``contact``, a node holding no run is
+    alive while its Raft thread answers the leader's appends (it heartbeats only every
+    ten node timeouts); when its answers stop it is lost one node timeout after the
+    last, never before."""
+    ldr = Leader()
+    assert not _answering(ldr, 4 * TIMEOUT_S), "an idle node answering was counted lost"
+    last = ldr.clock.monotonic()
+    assert not _answering(ldr, TIMEOUT_S - 0.1, answering=())
+    [rel] = _answering(ldr, 0.2, answering=())
+    assert (rel.node, rel.scope) == ("n3", "all")
+    assert ldr.clock.monotonic() - last > TIMEOUT_S
+    assert not ldr.alive("n3") and ldr.alive("n2")
+
+
+def test_a_follower_holding_a_run_lives_by_its_heartbeats_alone() -> None:
+    """Its Raft thread answering says nothing of the loop that starts and watches its
+    runs: a node holding a run is lost one node timeout after its last heartbeat,
+    answers or not."""
+    ldr = Leader()
+    st = ldr.raft.st
+    put(st, "j", at=T0 - 5 * S)
+    run_fire(st, "j", T0, node="n3", at=T0)
+    ldr.heartbeat("n3")
+    assert not _answering(ldr, TIMEOUT_S - 0.1)
+    [rel] = _answering(ldr, 0.2)
+    assert (rel.node, rel.scope, rel.reason.startswith("silent")) == ("n3", "all", True)
+
+
+def test_until_every_member_lists_contact_an_idle_node_lives_by_its_heartbeats() -> None:
+    """A rolling upgrade: an older member's leader would count a node heartbeating
+    every ten node timeouts lost, so no node relies on contact until all list it."""
+    ldr = Leader(contact=False)
+    assert not _answering(ldr, TIMEOUT_S - 0.1)
+    [rel] = _answering(ldr, 0.2)
+    assert rel.node == "n3"
+
+
+def test_an_idle_nodes_rare_heartbeats_are_not_late_once_contact_counts() -> None:
+    """Its heartbeats are refreshes ten node timeouts apart: admission control does not
+    read them as late."""
+    ldr = Leader()
+    late: list[float] = []
+    ldr.loop.admission.observe = (  # type: ignore[method-assign]
+        lambda **kw: late.append(kw["heartbeat_late_s"]))
+    ldr.heartbeat("n3")
+    ldr.clock.advance(lease.contact_heartbeat_ms(TIMEOUT_MS) / 1000)
+    ldr.heartbeat("n3")
+    assert late == [0.0]

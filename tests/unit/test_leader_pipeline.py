@@ -69,6 +69,9 @@ class FakeRaft:
     def connected_peers(self) -> dict[str, bool]:
         return {}
 
+    def contact_ages(self) -> dict[str, float]:
+        return {}
+
     def submit(self, cmd: Any) -> concurrent.futures.Future[Any]:
         fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
         if isinstance(cmd, Plan):

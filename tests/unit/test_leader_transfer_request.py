@@ -28,10 +28,11 @@ def _loop() -> tuple[LeaderLoop, list[Any]]:
     nodes = [SimpleNamespace(id=n, raft=a, api=f"{a[:-4]}8001") for n, a in ADDR.items()]
     cfg: Any = SimpleNamespace(nodes=nodes, timing=SimpleNamespace(
         node_timeout_ms=3000, lookahead_ms=250, heartbeat_ms=500))
-    raft: Any = Replica(st, term=2)
+    clock = FakeClock(wall_ms=T0)
+    raft: Any = Replica(st, term=2, clock=clock)
     loop = LeaderLoop(node_id="n1", raft=raft, raft_to_id=AddressBook.of(ADDR.items()),
                       cfg=cfg, boot_ms=T0 - 60 * S, metrics=None,
-                      missing_feature=lambda _f: [], clock=FakeClock(wall_ms=T0))
+                      missing_feature=lambda _f: [], clock=clock)
     asked: list[Any] = []
 
     async def transfer(to: str | None = None, wait_s: float = 2.0) -> bool:

@@ -135,8 +135,9 @@ class Timing:
 
     node_timeout_ms: a node silent this long is lost; its started runs are released.
     heartbeat_ms: how often a node holding a run (or draining) reports liveness
-        (< node_timeout / 2); one holding none, every node_timeout / 3 at the most
-        (core.lease.idle_heartbeat_ms).
+        (< node_timeout / 2); one holding none, every 10 node timeouts, its Raft
+        answers saying it lives meanwhile (core.lease.contact_heartbeat_ms;
+        node_timeout / 3 until every member lists ``contact``).
     lookahead_ms: how far ahead of the due time the leader assigns a run (a big instant:
         further, in proportion to its size, up to 8 lookaheads; core.leader.lead_ms).
     election_timeout_min_ms / election_timeout_max_ms: randomised election window.

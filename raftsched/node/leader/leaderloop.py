@@ -53,6 +53,7 @@ from raftsched.core.leader import (
 from raftsched.core.machine import ClusterState
 from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.admission import Admission, AdmissionStatistics
+from raftsched.node.leader.contact import ContactWatch
 from raftsched.node.leader.early import EarlyPlanning
 from raftsched.node.leader.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 from raftsched.node.observe import events
@@ -126,12 +127,14 @@ class LeaderLoop:
         (``applyops.Features.missing``): a lease release waits until all do.
     :param clock: where the loop reads the time (a test passes a
         :class:`~raftsched.node.observe.clock.FakeClock` and steps it).
+    :param contact_fits: the timing leaves room to read idle followers' liveness
+        from their Raft answers (contact.py).
     """
 
     def __init__(self, *, raft: RaftNode, node_id: str, cfg: ClusterConfig,
                  raft_to_id: AddressBook, boot_ms: int, metrics: LeaderMetrics | None,
                  missing_feature: Callable[[str], list[str]],
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, contact_fits: bool = True) -> None:
         self.clock = clock
         self.raft = raft
         self.node_id = node_id
@@ -157,6 +160,8 @@ class LeaderLoop:
         self.released_assigned: set[str] = set()
         self.lost: set[str] = set()
         self.skew: dict[str, int] = {}
+        #: The skews of this term's newest leader record.
+        self._recorded_skew: dict[str, int] = {}
         self.last_record = 0.0
         self.last_tick = self.clock.monotonic()
         self.paused_until = 0.0
@@ -177,6 +182,9 @@ class LeaderLoop:
         self.book = PlanBook()
         #: The runs per second this term's plans may create (admission.py).
         self.admission = Admission(self.clock.monotonic())
+        #: When idle followers' Raft threads last answered us (contact.py).
+        self.contact = ContactWatch(raft=raft, raft_to_id=raft_to_id,
+                                    missing_feature=missing_feature, fits=contact_fits)
 
     def wake(self) -> None:
         self._wake.set()
@@ -203,9 +211,12 @@ class LeaderLoop:
         # A node holding no run heartbeats at the idle period until a run is assigned
         # to it; then at once at the busy one (core.lease.idle_heartbeat_ms). Its claim
         # is committed before its next heartbeat, so the node knows it by then.
+        # (Once idle nodes' contact counts, their heartbeats are rare refreshes.)
         timing = self.cfg.timing
-        self._next_beat_s[node_id] = (timing.heartbeat_ms if held else lease.idle_heartbeat_ms(
-            timing.node_timeout_ms, timing.heartbeat_ms)) / 1000
+        idle_ms = (lease.contact_heartbeat_ms(timing.node_timeout_ms)
+                   if self.contact.enabled(mono) else
+                   lease.idle_heartbeat_ms(timing.node_timeout_ms, timing.heartbeat_ms))
+        self._next_beat_s[node_id] = (timing.heartbeat_ms if held else idle_ms) / 1000
         if dead:
             self._wake.set()
 
@@ -304,6 +315,7 @@ class LeaderLoop:
         self.admission = Admission(self.since_mono)
         self.last_tick = self.since_mono
         self.last_record = self.since_mono
+        self._recorded_skew = {}
         # Every node gets a full node timeout from our start before we call it lost.
         # Every heartbeat committed before our record was applied before this read,
         # so it was sent before since_mono: the lease counts from since_mono at worst.
@@ -436,8 +448,11 @@ class LeaderLoop:
         """Notice when this process did not run (SIGSTOP, a frozen VM, a stalled loop)."""
         while not self._stopping:
             before = self.clock.monotonic()
-            await asyncio.sleep(PAUSE_TICK_S)
-            gap = self.clock.monotonic() - before - PAUSE_TICK_S
+            # Only a leader's timers take a pause out (a pause noted before its term
+            # began is dropped: _paused): a follower looks once a second, not five times.
+            tick = PAUSE_TICK_S if self.active else FOLLOWER_S
+            await asyncio.sleep(tick)
+            gap = self.clock.monotonic() - before - tick
             if gap > PAUSE_S:
                 self.note_pause(gap)
 
@@ -478,6 +493,11 @@ class LeaderLoop:
         lease_wait = lease.release_after_ms(timeout_ms) / 1000
         releases: list[Release] = []
         alive = self.raft.read(queries.alive_nodes)
+        # An idle follower answering our appends lives (contact.py): only ever later.
+        for node_id, at in self.contact.seen(mono, (
+                n for n in alive if n != self.node_id and n not in self.lost)).items():
+            if at > self.last_seen.get(node_id, 0.0):
+                self.last_seen[node_id] = at
         # (Each release is checked again when it applies: the view may be stale.)
         for node_id in alive:
             if node_id == self.node_id:
@@ -523,8 +543,11 @@ class LeaderLoop:
                 self.released_assigned.discard(cmd.node)
             elif self.metrics is not None and reply.get("ok"):
                 self.metrics.claims_released(len(reply.get("released", [])))
-        if mono - self.last_record > LEADER_RECORD_S:
+        if mono - self.last_record > LEADER_RECORD_S and self.skew != self._recorded_skew:
+            # Only what moved: an idle cluster's heartbeats are rare (contact.py), and an
+            # unchanged record was an entry every node synced every 5 s for nothing.
             self.last_record = mono
+            self._recorded_skew = dict(self.skew)
             await self._commit(LeaderRecord(node=self.node_id, term=self.term or 0,
                                             at=self.clock.now_ms(), skew=dict(self.skew)))
 

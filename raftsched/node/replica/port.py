@@ -47,6 +47,11 @@ class ReplicaPort(Protocol):
         """The current Raft term."""
         ...
 
+    def quorum_contact_age(self) -> float | None:
+        """Seconds since this node last knew a leader in contact with a quorum (its own
+        Raft thread's view, no log entry); None with no leader known."""
+        ...
+
     @property
     def pending(self) -> int:
         """Commands submitted here and not yet answered."""

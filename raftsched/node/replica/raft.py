@@ -35,6 +35,7 @@ from pysyncobj import (
     replicated,
 )
 
+from raftsched.core import lease
 from raftsched.core.codec import encode_command, encode_state
 from raftsched.core.commands import Command
 from raftsched.core.effects import Effect
@@ -416,6 +417,38 @@ class RaftNode:
         """Raft address -> is the TCP connection to it up (a SIGKILL shows in ~5 ms)."""
         return {str(node.address): bool(self.sync.isNodeConnected(node))
                 for node in self.sync.otherNodes}
+
+    def contact_ages(self) -> dict[str, float]:
+        """Leading: Raft address -> seconds since that follower last answered an append
+        (its Raft thread lives and hears us); empty when not leading. Read from another
+        thread: pysyncobj changes the dict only as members change."""
+        s = self.sync
+        if not s._isLeader():
+            return {}
+        now = raft_now()
+        try:
+            answered = list(s._SyncObj__lastResponseTime.items())
+        except RuntimeError:  # a membership change resized it meanwhile: next time
+            return {}
+        return {str(getattr(node, "address", node)): max(0.0, now - at)
+                for node, at in answered}
+
+    def quorum_contact_age(self) -> float | None:
+        """Seconds since this node last knew a leader in contact with a quorum: leading,
+        since a majority (itself included) last answered it; following, since its
+        leader's last append (a leader out of a quorum's contact steps down within the
+        leader fallback timeout). None with no leader known."""
+        s = self.sync
+        if s._isLeader():
+            # The voting members only (not a read-only node's or a removed one's stamp).
+            voters = {str(getattr(node, "address", node)) for node in s.otherNodes}
+            return lease.majority_contact_age(
+                [age for addr, age in self.contact_ages().items() if addr in voters],
+                len(voters) + 1)
+        seen = s._rs_leader_seen
+        if s._getLeader() is None or not seen:
+            return None
+        return max(0.0, raft_now() - seen)
 
     def take_tick_gap(self) -> float:
         """The longest gap between two Raft ticks since the last call (seconds)."""

@@ -50,10 +50,14 @@ class StatusView:
 
         nodes, leader, jobs, active, totals, applied, notify, next_due = raft.read(
             queries.status_view)
+        heard = self._heard(now)
         for n in nodes:
             addr = self.raft_to_id.raft_of(n["node_id"])
             n["connected"] = True if n["node_id"] == self.node_id else \
                 addr is not None and bool(connected.get(addr, False))
+            at = heard.get(n["node_id"])
+            if at is not None and at > (n.get("last_seen_ms") or 0):
+                n["last_seen_ms"] = at
         # Backfills (running and the last finished) and concurrency keys (bounded lists).
         backfills, keys = raft.read(backfill.views), raft.read(conc.key_view)
         commit, applied_index = raw.get("commit_idx"), raw.get("last_applied")
@@ -125,6 +129,25 @@ class StatusView:
                        "started": worker.started, "rejected_starts": worker.rejected_starts,
                        "shed": worker.shed, "self_fenced": worker.self_fenced},
         }
+
+    def _heard(self, now: int) -> dict[str, int]:
+        """Node id -> when this node last heard it (wall ms, its clock): itself now;
+        leading, each follower's newest Raft answer; following, its leader's newest
+        append. An idle node commits a heartbeat only every ten node timeouts once
+        every member reads its Raft contact (leader/contact.py), so its last heartbeat
+        alone would look stale."""
+        raft = self.raft
+        out = {self.node_id: now}
+        for addr, age in raft.contact_ages().items():
+            node_id = self.raft_to_id.get(addr)
+            if node_id is not None:
+                out[node_id] = now - int(age * 1000)
+        leader_addr = raft.leader_addr()
+        leader_id = self.raft_to_id.get(leader_addr) if leader_addr else None
+        leader_age = raft.quorum_contact_age()
+        if leader_id is not None and leader_id != self.node_id and leader_age is not None:
+            out[leader_id] = now - int(leader_age * 1000)
+        return out
 
     def quorum_problem(self) -> str | None:
         """None while this node reaches a quorum (always for a single node); otherwise

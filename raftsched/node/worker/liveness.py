@@ -40,7 +40,8 @@ class Liveness:
                  me: NodeConfig, timing: Timing, boot_ms: int, features: tuple[str, ...],
                  on_event: Callable[[str, dict[str, Any]], None] | None = None,
                  clock: Clock = SYSTEM_CLOCK,
-                 idle_ok: Callable[[], bool] = lambda: True) -> None:
+                 idle_ok: Callable[[], bool] = lambda: True,
+                 contact_ok: Callable[[], bool] = lambda: False) -> None:
         #: Where it reads time (the worker's clock: the lease is read there).
         self.clock = clock
         self.raft = raft
@@ -76,6 +77,10 @@ class Liveness:
         #: upgrade: an older leader counts a 1 s heartbeat 0.5 s late and slows the
         #: cluster's planning); read at each send.
         self.idle_ok = idle_ok
+        #: Whether every member's leader reads an idle node's Raft contact as its
+        #: liveness (leader/contact.py): an idle node then heartbeats only as a refresh
+        #: and reads its quorum from its Raft thread; read at each turn while idle.
+        self.contact_ok = contact_ok
 
     def _acked(self, sent_at: float, fut: asyncio.Future[Any]) -> None:
         """A heartbeat sent at ``sent_at`` committed: the lease and the guard's deadline
@@ -137,6 +142,39 @@ class Liveness:
             timer.cancel()
             self._nap = None
 
+    def _heard(self, now: float) -> None:
+        """Idle, in contact mode: the quorum this node's Raft thread last knew of (its
+        leader's append, or a majority's answers while it leads) counts as an
+        acknowledgement for the self-fence and the guard, not for the lease (nothing
+        spawns on it: a run assigned here makes the node busy and its next heartbeat's
+        acknowledgement is what a spawn waits for)."""
+        age = self.raft.quorum_contact_age()
+        if age is None:
+            return
+        seen = now - age
+        if seen <= self.last_ack_send:
+            return
+        self.last_ack_send = seen
+        self.fenced = False
+        if self.lost_since is not None:
+            self._say("quorum.back", logging.INFO, without_ms=int(
+                (now - self.lost_since) * 1000))
+            self.lost_since = None
+
+    def spawn_lease(self) -> float:
+        """The lease a spawn may count on (see gate.py): the newest acknowledged
+        heartbeat's send, unless Raft contact was read as this node's quorum since (it
+        was idle then, and its self-fence and guard count from that contact, which the
+        leader stops reading once the node holds a run): then none until the next
+        heartbeat is acknowledged, which brings both back to its send."""
+        return self.lease_base if self.lease_base >= self.last_ack_send else float("-inf")
+
+    def _listed(self) -> bool:
+        """The cluster counts this incarnation alive (a leader may have counted it lost
+        while it was frozen or cut off: only a heartbeat brings it back)."""
+        rec = self.raft.read(functools.partial(_incarnation, self.me.id))
+        return rec == (self.boot_ms, True)
+
     def _heartbeat(self) -> Heartbeat:
         draining = self.worker.draining
         return Heartbeat(
@@ -156,6 +194,7 @@ class Liveness:
         # heartbeat unanswered this long is abandoned and a new one sent (a stuck one
         # once left the lease stale for good while starts committed fine).
         give_up = max(2 * busy_period, 0.5)
+        contact_s = lease.contact_heartbeat_ms(t.node_timeout_ms) / 1000
         pending: asyncio.Future[Any] | None = None
         sent_at = 0.0
         tick = lease.FENCE_TICK_MS / 1000
@@ -167,6 +206,14 @@ class Liveness:
             busy = self._busy or bool(self.worker.local) or self.worker.draining
             period_ms = t.heartbeat_ms if busy else idle_ms
             period = period_ms / 1000
+            # Idle, once every member reads Raft contact (leader/contact.py): the loop
+            # still turns every idle period, but a heartbeat is only a refresh.
+            contact = not busy and self.idle_ok() and self.contact_ok()
+            # A node the cluster counts lost is not in contact whatever its Raft thread
+            # hears (its answers may not get through): only a heartbeat brings it back.
+            listed = not contact or self._listed()
+            if contact and listed:
+                self._heard(now)
             fence_after = lease.fence_after_ms(t.node_timeout_ms, period_ms,
                                                t.heartbeat_ms) / 1000
             # One heartbeat per period while the cluster answers quickly (a new one as
@@ -175,8 +222,12 @@ class Liveness:
             # cluster's lease stays as fresh as its commits allow; and a new one at once
             # when the last went unanswered too long.
             slow = busy and self.ack_latency > period / 4
-            due = now - sent_at >= period or slow
-            if ((pending is None or pending.done()) and due) or now - sent_at > give_up:
+            if contact:
+                due = now - sent_at >= contact_s or not listed
+            else:
+                due = now - sent_at >= period or slow
+            unanswered = pending is not None and not pending.done()
+            if (not unanswered and due) or (unanswered and now - sent_at > give_up):
                 sent_at = now
                 self._busy = bool(self.worker.local) or not self.idle_ok()
                 try:
@@ -199,8 +250,13 @@ class Liveness:
             # lease.FENCE_TICK_MS of its time. Otherwise sleep until the next is due.
             overdue = (pending is not None and not pending.done() and now - sent_at > tick) \
                 or now - self.last_ack_send > period + tick
-            until_next = tick if slow else sent_at + period - now
+            until_next = tick if slow else period if contact else sent_at + period - now
             await self._sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
+
+
+def _incarnation(node_id: str, st: Any) -> tuple[int, bool] | None:
+    rec = st.nodes.get(node_id)
+    return None if rec is None else (rec.boot_ms, bool(rec.alive))
 
 
 def _wake(nap: asyncio.Future[None]) -> None:
