@@ -126,11 +126,13 @@ class BenchCluster(LoopbackCluster):
 
     # ---------------------------------------------------------------- measurements
 
-    def rss_kb(self, nid: str) -> int | None:
+    def rss_kb(self, nid: str, field: str = "VmRSS") -> int | None:
+        """The node process's ``field`` of /proc/PID/status (kB): VmRSS, or RssFile (its
+        file-backed pages: the journal's mmap) and RssAnon."""
         try:
             with open(f"/proc/{self.pid(nid)}/status", encoding="ascii") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field + ":"):
                         return int(line.split()[1])
         except OSError:
             return None

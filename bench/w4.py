@@ -95,6 +95,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
             applied_all_s = time.monotonic() - t0
             time.sleep(1.0)
             rss = {n: c.rss_kb(n) for n in c.ids}
+            rss_file = [c.rss_kb(n, "RssFile") for n in c.ids]
             per_job = {n: ((rss[n] - rss0[n]) * 1024 / target)
                        if rss[n] and rss0[n] else None for n in c.ids}
             tl = time.monotonic()
@@ -108,6 +109,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
                          fmt(applied_all_s, 1)]
                         + [fmt(rss[n] / 1024 if rss[n] else None) for n in c.ids]
                         + [fmt(sum(v for v in per_job.values() if v) / len(c.ids))]
+                        + [fmt(sum(v or 0 for v in rss_file) / 1024 / len(rss_file))]
                         + [fmt(list_s * 1000), "yes" if total == target else f"no ({total})",
                            str(st["term"])])
             tick_rows.append(_tick_row(target, tick))
@@ -188,7 +190,8 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         "bulk put and memory (RSS of each node process)",
         ["N far-future jobs", "put rate jobs/s", "slowest put_jobs s", "put → all nodes s"]
         + [f"RSS {n} MB" for n in ("n1", "n2", "n3")]
-        + ["RSS/job B (mean of nodes)", "list_jobs(limit=1) ms", "list total == N", "term"],
+        + ["RSS/job B (mean of nodes)", "of RSS file-backed MB (mean)",
+           "list_jobs(limit=1) ms", "list total == N", "term"],
         rows))
     res.tables.append((
         f"tick probes: {TICK_JOBS} every-second jobs beside N far-future ones "

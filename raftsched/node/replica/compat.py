@@ -231,6 +231,9 @@ def drop_journal_prefix(journal: Any, count: int) -> bool:
         # still counted them.
         sync()
     del entries[:count]
+    unmap = getattr(journal, "rs_unmap_tail", None)
+    if unmap is not None:
+        unmap()
     return True
 
 

@@ -50,6 +50,7 @@ from pysyncobj.journal import FIRST_RECORD_OFFSET, FileJournal
 from pysyncobj.pickle import dumps as _pickle_dumps
 
 from raftsched.node.config.config import DEFAULT_DURABILITY, DURABILITY_MODES
+from raftsched.node.replica.journalpages import JournalPages
 
 __all__ = ["DEFAULT_DURABILITY", "DURABILITY_MODES", "DurableJournal", "DurableSender",
            "SyncStats", "SyncWorker", "adopt", "durable_replace", "install_durable_snapshots",
@@ -146,6 +147,7 @@ class DurableJournal(FileJournal):
 
     def add(self, command: Any, idx: int, term: int) -> None:
         super().add(command, idx, term)
+        self._rs_pages().written(self._rs_map(), self._FileJournal__currentOffset)
         if _tracer is not None:
             _tracer("add", idx, self._FileJournal__currentOffset)
 
@@ -174,6 +176,22 @@ class DurableJournal(FileJournal):
         last = self.rs_last_index()
         self.rs_floor = min(self.rs_floor, last)
         self.rs_synced_index = min(self.rs_synced_index, last)
+        self.rs_unmap_tail()
+
+    def rs_unmap_tail(self) -> None:
+        """The records were cut back or moved (a compaction): the map's pages beyond
+        them leave the resident memory (journalpages.py)."""
+        self._rs_pages().truncated(self._rs_map(), self._FileJournal__currentOffset)
+
+    def _rs_map(self) -> Any:
+        return self._FileJournal__journalFile._ResizableFile__mm
+
+    def _rs_pages(self) -> JournalPages:
+        # Not constructed (adopt() swaps the class of pysyncobj's journal): made lazily.
+        pages: JournalPages | None = self.__dict__.get("rs_pages")
+        if pages is None:
+            pages = self.__dict__["rs_pages"] = JournalPages()
+        return pages
 
     def rs_note_apply(self, idx: int) -> None:
         """The state machine applies entry ``idx`` now (its effects and its reply)."""
