@@ -178,6 +178,8 @@ class LeaderLoop:
         self._wake = asyncio.Event()
         self._stopping = False
         self._next_done_scan = 0.0
+        #: No run active and no peer cut off as the loop last went to sleep.
+        self.quiet = False
         #: This term's plans in flight, and those whose commit failed (plans.py).
         self.book = PlanBook()
         #: The runs per second this term's plans may create (admission.py).
@@ -345,7 +347,8 @@ class LeaderLoop:
             queries.loop_view, count_by_ms=early.count_by(mono, now), cap=early.cap))
         early.counted(instants, mono)
         cut_off = any(n not in self.lost for n in self.disc_since)
-        delay = HOUSEKEEPING_S if active or cut_off else QUIET_HOUSEKEEPING_S
+        self.quiet = not (active or cut_off)
+        delay = QUIET_HOUSEKEEPING_S if self.quiet else HOUSEKEEPING_S
         if nxt is not None:
             began, wait_ms = early.begin(now)
             if began:
@@ -449,8 +452,10 @@ class LeaderLoop:
         while not self._stopping:
             before = self.clock.monotonic()
             # Only a leader's timers take a pause out (a pause noted before its term
-            # began is dropped: _paused): a follower looks once a second, not five times.
-            tick = PAUSE_TICK_S if self.active else FOLLOWER_S
+            # began is dropped: _paused), and only where a claim is held or a peer cut
+            # off (a pause shorter than a tick may go unseen: a live node's silence then
+            # looks that much longer): elsewhere it looks once a second, not five times.
+            tick = PAUSE_TICK_S if self.active and not self.quiet else FOLLOWER_S
             await asyncio.sleep(tick)
             gap = self.clock.monotonic() - before - tick
             if gap > PAUSE_S:

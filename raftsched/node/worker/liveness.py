@@ -243,7 +243,8 @@ class Liveness:
                     self.lost_since = self.last_ack_send
                     self._say("quorum.lost", logging.WARNING, without_ms=int(
                         (now - self.last_ack_send) * 1000), reason="no heartbeat of this "
-                        "node committed: it starts nothing, and stops its runs")
+                        "node committed" + (", no leader heard" if contact else "")
+                        + ": it starts nothing, and stops its runs")
                 self.worker.self_fence("no quorum for %.1fs" % (now - self.last_ack_send))
             # Overdue (a heartbeat unanswered for a tick, or none acknowledged for a period
             # and a tick): look every tick, so the self-fence comes within

@@ -352,7 +352,9 @@ class WorkerPool:
                     due += 1
         ready: list[LocalRun] = []
         shed: list[LocalRun] = []
-        next_at: float = 0.5
+        # A safety net only (an applied claim wakes the loop): twice as long while
+        # nothing is held here (issue 31: an idle node's wakeups).
+        next_at: float = 0.5 if self.local else 1.0
         late: list[LocalRun] = []
         for loc in sorted((x for x in self.local.values() if x.phase == Phase.WAITING),
                           key=lambda x: x.start_at_ms):
