@@ -4,6 +4,7 @@ every record, read back by a fresh journal, and a compaction's move still works.
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Any
 
@@ -12,10 +13,11 @@ from pysyncobj.journal import FileJournal
 
 from raftsched.node.replica.compat import drop_journal_prefix
 from raftsched.node.replica.durable import adopt
-from raftsched.node.replica.journalpages import AVAILABLE, CHUNK
+from raftsched.node.replica.journalpages import AVAILABLE, CHUNK, PAGE, JournalPages
 
 pytestmark = [pytest.mark.timeout(60),
-              pytest.mark.skipif(not AVAILABLE, reason="no madvise on this platform")]
+              pytest.mark.skipif(not AVAILABLE or not os.path.exists("/proc/self/smaps"),
+                                 reason="no madvise, or no /proc/self/smaps, here")]
 
 #: Entries of 4 KiB: 8 MiB of records in all.
 ENTRY = 4096
@@ -23,15 +25,19 @@ COUNT = 2048
 
 
 def _mapped_kb(path: str) -> int:
-    """This process's resident kB of its mappings of ``path`` (/proc/self/smaps)."""
-    total, inside = 0, False
+    """This process's resident kB of its mappings of ``path`` (/proc/self/smaps); the
+    journal must be mapped (a path that matched nothing would measure nothing)."""
+    total, inside, found = 0, False, False
+    real = os.path.realpath(path)
     with open("/proc/self/smaps", encoding="ascii", errors="replace") as f:
         for line in f:
             head = line.split()
             if head and "-" in head[0] and len(head) >= 5:
-                inside = line.rstrip().endswith(path)
+                inside = line.rstrip().endswith(real)
+                found = found or inside
             elif inside and line.startswith("Rss:"):
                 total += int(head[1])
+    assert found, f"{real} is not mapped"
     return total
 
 
@@ -67,6 +73,7 @@ def test_written_pages_leave_the_resident_memory_and_every_record_is_kept(
 
 
 def test_a_compaction_unmaps_the_tail_and_its_move_keeps_the_records(tmp_path: Any) -> None:
+    """(Without the tail's unmapping the move leaves twice the kept records mapped.)"""
     path = str(tmp_path / "raft.journal")
     journal = adopt(FileJournal(path), sync=True)
     assert journal is not None
@@ -75,9 +82,11 @@ def test_a_compaction_unmaps_the_tail_and_its_move_keeps_the_records(tmp_path: A
         for e in entries:
             journal.add(*e)
         journal.rs_sync()
-        # The move reads the kept records back through the map (from the page cache).
+        # The move reads the kept records back through the map (from the page cache)
+        # and writes them at the front: the pages it read, beyond them now, leave.
         assert drop_journal_prefix(journal, COUNT - 100)
-        assert _mapped_kb(path) <= CHUNK // 1024 + 16
+        kept_kb = journal.rs_log_bytes() // 1024
+        assert _mapped_kb(path) <= kept_kb + 16, kept_kb
         assert [journal[i] for i in range(len(journal))] == entries[-100:]
     finally:
         journal.rs_worker.close()
@@ -87,3 +96,21 @@ def test_a_compaction_unmaps_the_tail_and_its_move_keeps_the_records(tmp_path: A
         assert [again[i] for i in range(len(again))] == entries[-100:]
     finally:
         again._destroy()
+
+
+def test_after_a_compaction_the_rewritten_pages_are_dropped_again_after_a_cut_back_not() -> None:
+    """A compaction moved the kept records to the front (their pages mapped again: the
+    next chunk drops them); a follower's log cut back rewrote nothing (the pages
+    before the cut stay counted as dropped)."""
+    mm = mmap.mmap(-1, 64 * PAGE)
+    try:
+        pages = JournalPages()
+        pages.written(mm, 40 * PAGE + 5)  # under a chunk (256 pages of 4 KiB): kept
+        pages.dropped_to = 30 * PAGE
+        pages.truncated(mm, 10 * PAGE + 5, rewritten=False)
+        assert pages.dropped_to == 10 * PAGE
+        pages.dropped_to = 30 * PAGE
+        pages.truncated(mm, 10 * PAGE + 5, rewritten=True)
+        assert pages.dropped_to == PAGE
+    finally:
+        mm.close()

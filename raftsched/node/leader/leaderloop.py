@@ -274,6 +274,7 @@ class LeaderLoop:
                 await self._liveness()
                 await self._remove_done()
                 if await self._plan_once():
+                    self.quiet = False  # runs are being planned: the pause watcher's short tick
                     continue
             except Exception:  # noqa: BLE001 - the loop must survive a bug in one tick
                 log.exception("leader tick failed")

@@ -176,12 +176,14 @@ class DurableJournal(FileJournal):
         last = self.rs_last_index()
         self.rs_floor = min(self.rs_floor, last)
         self.rs_synced_index = min(self.rs_synced_index, last)
-        self.rs_unmap_tail()
+        self.rs_unmap_tail(rewritten=False)
 
-    def rs_unmap_tail(self) -> None:
-        """The records were cut back or moved (a compaction): the map's pages beyond
-        them leave the resident memory (journalpages.py)."""
-        self._rs_pages().truncated(self._rs_map(), self._FileJournal__currentOffset)
+    def rs_unmap_tail(self, *, rewritten: bool = True) -> None:
+        """The records were cut back, or moved to the front (a compaction:
+        ``rewritten``): the map's pages beyond them leave the resident memory
+        (journalpages.py)."""
+        self._rs_pages().truncated(self._rs_map(), self._FileJournal__currentOffset,
+                                   rewritten=rewritten)
 
     def _rs_map(self) -> Any:
         return self._FileJournal__journalFile._ResizableFile__mm

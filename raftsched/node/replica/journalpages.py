@@ -64,10 +64,11 @@ class JournalPages:
         if AVAILABLE and end - self.dropped_to >= CHUNK and _drop(mm, self.dropped_to, end):
             self.dropped_to = end
 
-    def truncated(self, mm: Any, offset: int) -> None:
-        """The records were cut back to ``offset`` (a compaction, a conflict, a clear):
-        unmap the file's tail beyond them, and count the pages before it as mapped
-        again (the records kept were rewritten there)."""
+    def truncated(self, mm: Any, offset: int, *, rewritten: bool) -> None:
+        """The records now end at ``offset`` (a compaction's move, a follower's log cut
+        back, a clear): unmap the file's tail beyond them. ``rewritten``: the records
+        before ``offset`` were written again (a compaction moved them to the front), so
+        their pages are mapped again and are dropped with the next chunk."""
         if not (AVAILABLE and isinstance(mm, mmap.mmap)):
             return
         tail = _down(offset) + PAGE
@@ -76,7 +77,8 @@ class JournalPages:
         except (ValueError, OSError):  # closed meanwhile
             return
         _drop(mm, tail, _down(size))
-        self.dropped_to = max(PAGE, _down(offset))
+        self.dropped_to = PAGE if rewritten else max(PAGE, min(self.dropped_to,
+                                                               _down(offset)))
 
 
 __all__ = ["AVAILABLE", "CHUNK", "JournalPages"]
