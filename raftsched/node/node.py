@@ -375,51 +375,55 @@ class Node:
     def _on_effects(self, effects: list[Effect]) -> None:
         wake_worker = wake_leader = False
         me = self.node_id
-        for eff in effects:
-            if isinstance(eff, HeartbeatSeen):
-                self.leader.saw_heartbeat(eff.node_id, eff.at_ms)
-                self._choose_seal()
-                continue
-            wake_leader = wake_leader or isinstance(eff, _LEADER_WAKERS)
-            wake_worker = wake_worker or isinstance(eff, _WORKER_WAKERS)
-            match eff:
-                case RunAssigned(node=node) if node == me:
-                    wake_worker = True
-                case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
-                    self.worker.cancel(run_id, fence)
-                case TransferAsked(to=to, term=term):
-                    self.leader.request_transfer(to, term)
-                case NotifyPending():
-                    self.notifier.wake()
-                case MembersChanged() | Restored():
-                    membership.refresh_ids(self.raft, self.raft_to_id)
-                    self._guard_hello()
-                case NodeCertified(node=node, boot=boot) if node == me \
-                        and boot == self.boot_ms:
-                    # The cluster holds this very process dead and has moved its runs on
-                    # (a certificate proved by mistake): it must not run anything more.
-                    self.worker.self_fence("this incarnation was certified dead")
-                    self._fatal(f"this node's incarnation ({boot}) was certified dead; "
-                                "its runs were moved on", "node.certified_dead")
-                case MemberRemoved(node_id=node_id) if node_id == me:
-                    self._fatal(f"this node ({me}) was removed from the cluster; it will not "
-                                f"rejoin. To bring the machine back, wipe its data dir and add "
-                                f"it under a new id with `raftsched cluster add-node`",
-                                "node.removed")
-            if self.metrics is not None:
-                self.metrics.effect(eff)
-            if isinstance(eff, LeaderChanged) and eff.term < self.raft.term():
-                # A leadership of a past term: history this node replays from its
-                # journal as it starts (every leader since the last snapshot, all in the
-                # same millisecond), not news for the log or the feed.
-                continue
-            eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
-            if self.feed:
-                self.feed.effect(eff)
-        if wake_worker:
-            self.worker.notify()
-        if wake_leader:
-            self.leader.wake()
+        try:
+            for eff in effects:
+                if isinstance(eff, HeartbeatSeen):
+                    self.leader.saw_heartbeat(eff.node_id, eff.at_ms)
+                    self._choose_seal()
+                    continue
+                wake_leader = wake_leader or isinstance(eff, _LEADER_WAKERS)
+                wake_worker = wake_worker or isinstance(eff, _WORKER_WAKERS)
+                match eff:
+                    case RunAssigned(node=node) if node == me:
+                        wake_worker = True
+                    case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
+                        self.worker.cancel(run_id, fence)
+                    case TransferAsked(to=to, term=term):
+                        self.leader.request_transfer(to, term)
+                    case NotifyPending():
+                        self.notifier.wake()
+                    case MembersChanged() | Restored():
+                        membership.refresh_ids(self.raft, self.raft_to_id)
+                        self._guard_hello()
+                    case NodeCertified(node=node, boot=boot) if node == me \
+                            and boot == self.boot_ms:
+                        # The cluster holds this very process dead and has moved its runs on
+                        # (a certificate proved by mistake): it must not run anything more.
+                        self.worker.self_fence("this incarnation was certified dead")
+                        self._fatal(f"this node's incarnation ({boot}) was certified dead; "
+                                    "its runs were moved on", "node.certified_dead")
+                    case MemberRemoved(node_id=node_id) if node_id == me:
+                        self._fatal(f"this node ({me}) was removed from the cluster; it will not "
+                                    f"rejoin. To bring the machine back, wipe its data dir and add "
+                                    f"it under a new id with `raftsched cluster add-node`",
+                                    "node.removed")
+                if self.metrics is not None:
+                    self.metrics.effect(eff)
+                if isinstance(eff, LeaderChanged) and eff.term < self.raft.term():
+                    # A leadership of a past term: history this node replays from its
+                    # journal as it starts (every leader since the last snapshot, all in the
+                    # same millisecond), not news for the log or the feed.
+                    continue
+                eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
+                if self.feed:
+                    self.feed.effect(eff)
+        finally:
+            # Also when one effect's handling failed: a wake lost would leave a claim
+            # waiting for the worker's safety-net poll.
+            if wake_worker:
+                self.worker.notify()
+            if wake_leader:
+                self.leader.wake()
 
     # ------------------------------------------------------------ lifecycle
 
