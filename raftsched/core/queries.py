@@ -194,6 +194,13 @@ def node_beat(node_id: str, st: StateData) -> tuple[int, bool]:
     return len(st.by_node.get(node_id, ())), rec is not None and not rec.alive
 
 
+def node_incarnation(node_id: str, st: StateData) -> tuple[int, bool] | None:
+    """(boot of ``node_id``'s newest committed heartbeat, whether the cluster counts it
+    alive); None: an unknown node."""
+    rec = st.nodes.get(node_id)
+    return None if rec is None else (rec.boot_ms, bool(rec.alive))
+
+
 def node_hold(node_id: str, st: StateData) -> NodeHold:
     """What ``node_id`` holds and whether it is alive."""
     rec = st.nodes.get(node_id)
@@ -287,6 +294,7 @@ __all__ = [
     "active_member_apis", "active_member_count", "alive_nodes", "done_jobs", "job_count",
     "job_count_and", "job_ids", "job_spec", "job_specs", "job_view", "member_ids_by_raft",
     "member_rows", "member_state", "members", "node_api", "node_beat", "node_hold",
+    "node_incarnation",
     "notify_default", "paused_mark", "removed_members", "run_records", "seeded",
     "spec_version", "spec_versions",
 ]

@@ -45,42 +45,54 @@ def _entries() -> list[tuple[bytes, int, int]]:
     return [(os.urandom(ENTRY - 16), i + 1, 1) for i in range(COUNT)]
 
 
+def _filled(path: str, sync: bool, entries: list[tuple[bytes, int, int]]) -> Any:
+    """A durable journal at ``path`` holding ``entries``."""
+    journal = adopt(FileJournal(path), sync=sync)
+    assert journal is not None
+    for e in entries:
+        journal.add(*e)
+    return journal
+
+
+def _close(journal: Any) -> None:
+    if journal.rs_worker is not None:
+        journal.rs_worker.close()
+    journal._destroy()
+
+
+def _on_disk(path: str) -> list[Any]:
+    """Every record a fresh journal reads back from ``path``."""
+    again = FileJournal(path)
+    try:
+        return [again[i] for i in range(len(again))]
+    finally:
+        again._destroy()
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_written_pages_leave_the_resident_memory_and_every_record_is_kept(
         tmp_path: Any, sync: bool) -> None:
     path = str(tmp_path / "raft.journal")
-    journal = adopt(FileJournal(path), sync=sync)
-    assert journal is not None
     entries = _entries()
+    journal = _filled(path, sync, entries)
     try:
-        for e in entries:
-            journal.add(*e)
-        written_kb = COUNT * (ENTRY + 8) // 1024
+        # At most the chunk not yet dropped, the header page and the page written last
+        # (8 MiB were written).
         resident = _mapped_kb(path)
-        # At most the chunk not yet dropped, the header page and the page written last.
-        assert resident <= CHUNK // 1024 + 16, (resident, written_kb)
+        assert resident <= CHUNK // 1024 + 16, resident
         if sync:
             journal.rs_sync()
     finally:
-        if journal.rs_worker is not None:
-            journal.rs_worker.close()
-        journal._destroy()
-    again = FileJournal(path)
-    try:
-        assert [again[i] for i in range(len(again))] == entries
-    finally:
-        again._destroy()
+        _close(journal)
+    assert _on_disk(path) == entries
 
 
 def test_a_compaction_unmaps_the_tail_and_its_move_keeps_the_records(tmp_path: Any) -> None:
     """(Without the tail's unmapping the move leaves twice the kept records mapped.)"""
     path = str(tmp_path / "raft.journal")
-    journal = adopt(FileJournal(path), sync=True)
-    assert journal is not None
     entries = _entries()
+    journal = _filled(path, True, entries)
     try:
-        for e in entries:
-            journal.add(*e)
         journal.rs_sync()
         # The move reads the kept records back through the map (from the page cache)
         # and writes them at the front: the pages it read, beyond them now, leave.
@@ -89,13 +101,8 @@ def test_a_compaction_unmaps_the_tail_and_its_move_keeps_the_records(tmp_path: A
         assert _mapped_kb(path) <= kept_kb + 16, kept_kb
         assert [journal[i] for i in range(len(journal))] == entries[-100:]
     finally:
-        journal.rs_worker.close()
-        journal._destroy()
-    again = FileJournal(path)
-    try:
-        assert [again[i] for i in range(len(again))] == entries[-100:]
-    finally:
-        again._destroy()
+        _close(journal)
+    assert _on_disk(path) == entries[-100:]
 
 
 def test_after_a_compaction_the_rewritten_pages_are_dropped_again_after_a_cut_back_not() -> None:

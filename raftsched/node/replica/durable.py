@@ -139,6 +139,8 @@ class DurableJournal(FileJournal):
     #: covers no entry past it (an entry it covered may have been replaced since).
     rs_floor = _NO_FLOOR
     rs_worker: Any = None
+    #: How far its map's written pages were unmapped (journalpages.py); set by adopt().
+    rs_pages: JournalPages
 
     def _FileJournal__setLastRecordOffset(self, offset: int) -> None:
         super()._FileJournal__setLastRecordOffset(offset)
@@ -147,7 +149,7 @@ class DurableJournal(FileJournal):
 
     def add(self, command: Any, idx: int, term: int) -> None:
         super().add(command, idx, term)
-        self._rs_pages().written(self._rs_map(), self._FileJournal__currentOffset)
+        self.rs_pages.written(self._rs_map(), self._FileJournal__currentOffset)
         if _tracer is not None:
             _tracer("add", idx, self._FileJournal__currentOffset)
 
@@ -182,18 +184,12 @@ class DurableJournal(FileJournal):
         """The records were cut back, or moved to the front (a compaction:
         ``rewritten``): the map's pages beyond them leave the resident memory
         (journalpages.py)."""
-        self._rs_pages().truncated(self._rs_map(), self._FileJournal__currentOffset,
+        self.rs_pages.truncated(self._rs_map(), self._FileJournal__currentOffset,
                                    rewritten=rewritten)
 
     def _rs_map(self) -> Any:
         return self._FileJournal__journalFile._ResizableFile__mm
 
-    def _rs_pages(self) -> JournalPages:
-        # Not constructed (adopt() swaps the class of pysyncobj's journal): made lazily.
-        pages: JournalPages | None = self.__dict__.get("rs_pages")
-        if pages is None:
-            pages = self.__dict__["rs_pages"] = JournalPages()
-        return pages
 
     def rs_note_apply(self, idx: int) -> None:
         """The state machine applies entry ``idx`` now (its effects and its reply)."""
@@ -368,6 +364,7 @@ def adopt(journal: Any, *, sync: bool, wake: Callable[[], None] | None = None
         return None
     journal.__class__ = DurableJournal
     assert isinstance(journal, DurableJournal)
+    journal.rs_pages = JournalPages()
     journal.rs_sync_enabled = sync
     if sync:
         journal.rs_sync()

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import lease
+from raftsched.core import lease, queries
 from raftsched.core.commands import Heartbeat
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
@@ -172,7 +172,7 @@ class Liveness:
     def _listed(self) -> bool:
         """The cluster counts this incarnation alive (a leader may have counted it lost
         while it was frozen or cut off: only a heartbeat brings it back)."""
-        rec = self.raft.read(functools.partial(_incarnation, self.me.id))
+        rec = self.raft.read(functools.partial(queries.node_incarnation, self.me.id))
         return rec == (self.boot_ms, True)
 
     def _heartbeat(self) -> Heartbeat:
@@ -253,11 +253,6 @@ class Liveness:
                 or now - self.last_ack_send > period + tick
             until_next = tick if slow else period if contact else sent_at + period - now
             await self._sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
-
-
-def _incarnation(node_id: str, st: Any) -> tuple[int, bool] | None:
-    rec = st.nodes.get(node_id)
-    return None if rec is None else (rec.boot_ms, bool(rec.alive))
 
 
 def _wake(nap: asyncio.Future[None]) -> None:
