@@ -210,9 +210,12 @@ class Liveness:
             # still turns every idle period, but a heartbeat is only a refresh.
             contact = not busy and self.idle_ok() and self.contact_ok()
             # A node the cluster counts lost is not in contact whatever its Raft thread
-            # hears (its answers may not get through): only a heartbeat brings it back.
-            listed = not contact or self._listed()
-            if contact and listed:
+            # hears (its answers may not get through), nor is one that counted its
+            # quorum lost (an append read as it wakes from a pause may be a deposed
+            # leader's, queued in its socket): only a committed heartbeat brings either
+            # back.
+            trusted = not contact or (not self.fenced and self._listed())
+            if contact and trusted:
                 self._heard(now)
             fence_after = lease.fence_after_ms(t.node_timeout_ms, period_ms,
                                                t.heartbeat_ms) / 1000
@@ -223,7 +226,7 @@ class Liveness:
             # when the last went unanswered too long.
             slow = busy and self.ack_latency > period / 4
             if contact:
-                due = now - sent_at >= contact_s or not listed
+                due = now - sent_at >= contact_s or not trusted
             else:
                 due = now - sent_at >= period or slow
             unanswered = pending is not None and not pending.done()
