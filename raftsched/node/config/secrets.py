@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 
+from raftsched.core import ticks
 from raftsched.core.errors import ConfigError
 from raftsched.node.config.config import ClusterConfig, resolve_secret
 from raftsched.wire import session
@@ -111,7 +112,12 @@ class SecretSource:
         if self.path is None:
             return
         while True:
-            await asyncio.sleep(POLL_S)
+            # On the loop's shared grid (core/ticks.py), and the file's stamp read here:
+            # a stat of a local file takes microseconds, a hop to a thread and back was
+            # two more wakeups a second of an idle node. Only a change is read in a thread.
+            await asyncio.sleep(ticks.coalesced(asyncio.get_running_loop().time(), POLL_S))
+            if self._stamp() == self._seen:
+                continue
             secrets = await asyncio.to_thread(self.poll)
             if secrets is not None:
                 # PBKDF2 for Raft's key runs in a thread, not on the loop.

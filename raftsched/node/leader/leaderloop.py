@@ -26,7 +26,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
-from raftsched.core import lease, members, queries
+from raftsched.core import lease, members, queries, ticks
 from raftsched.core.cmdbase import LEASE_FEATURE
 from raftsched.core.commands import (
     PAST_AT_VERSION,
@@ -90,8 +90,9 @@ HOUSEKEEPING_S = 0.05
 #: ... and this often while no run is active: there is no claim to release, and
 #: whatever gives the loop work (a put, a trigger, a node back, a fire time, a
 #: transfer asked) wakes it or is slept up to. At HOUSEKEEPING_S an idle leader's loop
-#: woke 20 times a second for nothing (issue 31: an idle cluster costs ~nothing).
-QUIET_HOUSEKEEPING_S = 0.5
+#: woke 20 times a second for nothing (issue 31: an idle cluster costs ~nothing); at
+#: 1 s, on the grid of the node's other idle timers (core/ticks.py), it wakes with them.
+QUIET_HOUSEKEEPING_S = 1.0
 #: A follower's loop sleeps this long between looks: the node's role change wakes it
 #: (Node passes it to RaftNode's ``on_state_changed``), so this only bounds a missed
 #: wake. At HOUSEKEEPING_S an idle follower woke 20 times a second for nothing.
@@ -222,8 +223,12 @@ class LeaderLoop:
         if dead:
             self._wake.set()
 
-    async def _sleep(self, seconds: float) -> None:
+    async def _sleep(self, seconds: float, *, coalesce: bool = False) -> None:
+        """Until woken, or ``seconds``; ``coalesce``: a bound only, so it ends on the
+        loop's shared grid with the node's other idle timers (core/ticks.py)."""
         self._wake.clear()
+        if coalesce:
+            seconds = ticks.coalesced(asyncio.get_running_loop().time(), seconds)
         try:
             await asyncio.wait_for(self._wake.wait(), timeout=max(seconds, 0.0))
         except TimeoutError:
@@ -261,7 +266,8 @@ class LeaderLoop:
                     events.emit("leader.stepped_down", node=self.node_id, term=self.term)
                 self.active = False
                 self.book.forget()
-                await self._sleep(FOLLOWER_S if term is None else HOUSEKEEPING_S)
+                await self._sleep(FOLLOWER_S if term is None else HOUSEKEEPING_S,
+                                  coalesce=term is None)
                 continue
             if not self.active or term != self.term:
                 if not await self._establish(term):
@@ -278,7 +284,9 @@ class LeaderLoop:
                     continue
             except Exception:  # noqa: BLE001 - the loop must survive a bug in one tick
                 log.exception("leader tick failed")
-            await self._sleep(self._idle_delay())
+            delay = self._idle_delay()
+            # Quiet, with nothing due sooner: housekeeping only, on the shared grid.
+            await self._sleep(delay, coalesce=self.quiet and delay >= QUIET_HOUSEKEEPING_S)
 
     async def _remove_done(self) -> None:
         """``[limits] done_retention``: remove one-shot jobs whose run ended that long
@@ -456,7 +464,8 @@ class LeaderLoop:
             # began is dropped: _paused), and only where a claim is held or a peer cut
             # off (a pause shorter than a tick may go unseen: a live node's silence then
             # looks that much longer): elsewhere it looks once a second, not five times.
-            tick = PAUSE_TICK_S if self.active and not self.quiet else FOLLOWER_S
+            tick = PAUSE_TICK_S if self.active and not self.quiet else \
+                ticks.coalesced(asyncio.get_running_loop().time(), FOLLOWER_S)
             await asyncio.sleep(tick)
             gap = self.clock.monotonic() - before - tick
             if gap > PAUSE_S:

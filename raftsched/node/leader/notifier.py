@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
-from raftsched.core import notify, notifydata, queries
+from raftsched.core import notify, notifydata, queries, ticks
 from raftsched.core.commands import Command, NotifyDefault, NotifyResults
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
@@ -145,7 +145,9 @@ class Notifier:
                     busy = True
                     log.exception("notify round failed")
             try:
-                await asyncio.wait_for(self._wake.wait(), ROUND_S if busy else IDLE_ROUND_S)
+                # Idle: a bound only, on the loop's shared grid (core/ticks.py).
+                await asyncio.wait_for(self._wake.wait(), ROUND_S if busy else ticks.coalesced(
+                    asyncio.get_running_loop().time(), IDLE_ROUND_S))
             except TimeoutError:
                 pass
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import queries
+from raftsched.core import queries, ticks
 from raftsched.core.commands import Start, StartItem
 from raftsched.core.model import RunState
 from raftsched.core.trigger import jitter_ms
@@ -60,6 +60,8 @@ LEASE_RECHECK_S = 0.02
 #: A start timer that finds its instant further ahead than the pre-start window plus
 #: this saw the wall clock stepped back (slewing moves it by under 1 ms a second).
 STEPPED_BACK_MS = 1000
+#: The safety-net poll of a worker holding no run (an applied claim wakes it).
+IDLE_POLL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +207,9 @@ class WorkerPool:
         try:
             while not self.commits.stopping:
                 delay = self._step()
+                if not self.local and delay >= IDLE_POLL_S:
+                    # Nothing here at all: the safety net, on the loop's shared grid.
+                    delay = ticks.coalesced(asyncio.get_running_loop().time(), delay)
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -354,7 +359,7 @@ class WorkerPool:
         shed: list[LocalRun] = []
         # A safety net only (an applied claim wakes the loop): twice as long while
         # nothing is held here (issue 31: an idle node's wakeups).
-        next_at: float = 0.5 if self.local else 1.0
+        next_at: float = 0.5 if self.local else IDLE_POLL_S
         late: list[LocalRun] = []
         for loc in sorted((x for x in self.local.values() if x.phase == Phase.WAITING),
                           key=lambda x: x.start_at_ms):
