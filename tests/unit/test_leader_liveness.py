@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -280,6 +281,28 @@ def test_an_idle_leader_looks_less_often_until_a_run_is_active_or_a_peer_is_cut_
     ldr.heartbeat("n2")
     assert [r.node for r in ldr.look()] == ["n3"]
     assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S  # lost: nothing left to release
+
+
+def test_a_quiet_look_is_stretched_onto_the_grid_only_with_nothing_due_soon() -> None:
+    """Issue 31 item 3: the quiet look's sleep ends on the node's shared grid of idle
+    timers (core/ticks.py), which may lengthen it by up to a grid step; never when a
+    job falls due within that step, so a plan is never made late by it."""
+    ldr = Leader()
+    st = ldr.raft.st
+    ldr.loop._idle_delay()
+    assert ldr.loop.quiet and ldr.loop.look_is_bound  # no job at all
+    fire_ms = T0 + 60 * S
+    when = datetime.fromtimestamp(fire_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    put(st, "later", at=T0 - 5 * S, schedule={"at": when})
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S
+    assert ldr.loop.look_is_bound  # its plan is a minute away
+    lead_ms = fire_ms - ldr.loop.cfg.timing.lookahead_ms - T0
+    ldr.clock.advance((lead_ms - 1100) / 1000)  # its plan is due 1.1 s from now
+    assert ldr.loop._idle_delay() == QUIET_HOUSEKEEPING_S
+    assert not ldr.loop.look_is_bound  # slept as asked: the plan comes 0.1 s after it
+    ldr.clock.advance(0.5)
+    assert ldr.loop._idle_delay() == pytest.approx(0.6)
+    assert not ldr.loop.look_is_bound
 
 
 def test_heartbeat_lateness_counts_from_the_period_the_node_was_in() -> None:

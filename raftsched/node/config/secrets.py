@@ -112,12 +112,9 @@ class SecretSource:
         if self.path is None:
             return
         while True:
-            # On the loop's shared grid (core/ticks.py), and the file's stamp read here:
-            # a stat of a local file takes microseconds, a hop to a thread and back was
-            # two more wakeups a second of an idle node. Only a change is read in a thread.
+            # On the node's shared grid of idle timers (core/ticks.py). The stat stays in a
+            # thread: a secret file on a hung network mount must not stop the event loop.
             await asyncio.sleep(ticks.coalesced(asyncio.get_running_loop().time(), POLL_S))
-            if self._stamp() == self._seen:
-                continue
             secrets = await asyncio.to_thread(self.poll)
             if secrets is not None:
                 # PBKDF2 for Raft's key runs in a thread, not on the loop.

@@ -181,6 +181,9 @@ class LeaderLoop:
         self._next_done_scan = 0.0
         #: No run active and no peer cut off as the loop last went to sleep.
         self.quiet = False
+        #: ... and no job falls due for a grid step past the quiet look: its sleep is a
+        #: bound only, stretched onto the node's shared grid (core/ticks.py).
+        self.look_is_bound = False
         #: This term's plans in flight, and those whose commit failed (plans.py).
         self.book = PlanBook()
         #: The runs per second this term's plans may create (admission.py).
@@ -228,7 +231,7 @@ class LeaderLoop:
         loop's shared grid with the node's other idle timers (core/ticks.py)."""
         self._wake.clear()
         if coalesce:
-            seconds = ticks.coalesced(asyncio.get_running_loop().time(), seconds)
+            seconds = ticks.coalesced(self.clock.monotonic(), seconds)
         try:
             await asyncio.wait_for(self._wake.wait(), timeout=max(seconds, 0.0))
         except TimeoutError:
@@ -285,8 +288,8 @@ class LeaderLoop:
             except Exception:  # noqa: BLE001 - the loop must survive a bug in one tick
                 log.exception("leader tick failed")
             delay = self._idle_delay()
-            # Quiet, with nothing due sooner: housekeeping only, on the shared grid.
-            await self._sleep(delay, coalesce=self.quiet and delay >= QUIET_HOUSEKEEPING_S)
+            # Quiet, with nothing due soon: housekeeping only, on the shared grid.
+            await self._sleep(delay, coalesce=self.look_is_bound)
 
     async def _remove_done(self) -> None:
         """``[limits] done_retention``: remove one-shot jobs whose run ended that long
@@ -358,15 +361,23 @@ class LeaderLoop:
         cut_off = any(n not in self.lost for n in self.disc_since)
         self.quiet = not (active or cut_off)
         delay = QUIET_HOUSEKEEPING_S if self.quiet else HOUSEKEEPING_S
+        # Only a quiet look with no job falling due within a grid step after it is a
+        # bound the shared grid may stretch (core/ticks.py): never a plan's lead time.
+        self.look_is_bound = self.quiet and (
+            nxt is None or nxt - self.cfg.timing.lookahead_ms - now
+            >= (QUIET_HOUSEKEEPING_S + ticks.GRID_S) * 1000)
         if nxt is not None:
             began, wait_ms = early.begin(now)
             if began:
+                self.look_is_bound = False
                 return 0.0  # a big instant: its planning begins now (early.py)
             # (A job of an instant planned early left due was held back for want of room
             # or for its overlap: an applied command, or the lookahead, brings it.)
             lead = nxt - self.cfg.timing.lookahead_ms - now
             if wait_ms is not None:
                 lead = min(lead, wait_ms)
+                self.look_is_bound = self.look_is_bound and \
+                    wait_ms >= (QUIET_HOUSEKEEPING_S + ticks.GRID_S) * 1000
             delay = min(delay, max(lead / 1000, STALL_S))
             # Held back by admission control: until the next run may be granted.
             delay = max(delay, min(self.admission.wait_s(self.clock.monotonic()),
@@ -465,7 +476,7 @@ class LeaderLoop:
             # off (a pause shorter than a tick may go unseen: a live node's silence then
             # looks that much longer): elsewhere it looks once a second, not five times.
             tick = PAUSE_TICK_S if self.active and not self.quiet else \
-                ticks.coalesced(asyncio.get_running_loop().time(), FOLLOWER_S)
+                ticks.coalesced(before, FOLLOWER_S)
             await asyncio.sleep(tick)
             gap = self.clock.monotonic() - before - tick
             if gap > PAUSE_S:

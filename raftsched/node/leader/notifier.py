@@ -147,7 +147,7 @@ class Notifier:
             try:
                 # Idle: a bound only, on the loop's shared grid (core/ticks.py).
                 await asyncio.wait_for(self._wake.wait(), ROUND_S if busy else ticks.coalesced(
-                    asyncio.get_running_loop().time(), IDLE_ROUND_S))
+                    self.clock.monotonic(), IDLE_ROUND_S))
             except TimeoutError:
                 pass
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import lease, queries, ticks
+from raftsched.core import lease, queries
 from raftsched.core.commands import Heartbeat
 from raftsched.core.errors import RaftschedError
 from raftsched.node.observe import events
@@ -255,9 +255,6 @@ class Liveness:
             overdue = (pending is not None and not pending.done() and now - sent_at > tick) \
                 or now - self.last_ack_send > period + tick
             until_next = tick if slow else period if contact else sent_at + period - now
-            if contact and not overdue:
-                # An idle turn (a nudge cuts it short): on the loop's shared grid.
-                until_next = ticks.coalesced(asyncio.get_running_loop().time(), until_next)
             await self._sleep(max(min(until_next, tick) if overdue else until_next, 0.01))
 
 

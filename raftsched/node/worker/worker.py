@@ -209,7 +209,7 @@ class WorkerPool:
                 delay = self._step()
                 if not self.local and delay >= IDLE_POLL_S:
                     # Nothing here at all: the safety net, on the loop's shared grid.
-                    delay = ticks.coalesced(asyncio.get_running_loop().time(), delay)
+                    delay = ticks.coalesced(self.clock.monotonic(), delay)
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
