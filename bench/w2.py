@@ -22,13 +22,12 @@ run records are compared (the killed and replayed nodes must agree with the lead
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
 from bench import stats
-from bench.cluster import BenchCluster, now_ms, wait_until
+from bench.cluster import BenchCluster, env_timing, now_ms, wait_until
 from bench.common import Ctx, Result, fmt, lock_report, pysyncobj_problems
 from bench.replicas import diff_runs, snapshot_runs
 from raftsched.node.config.config import Timing
@@ -222,9 +221,11 @@ def _sleep_to_phase(before_ms: int) -> None:
 
 
 def bench_timing() -> dict[str, str]:
-    """``[timing]`` overrides for W2 and W3F from ``BENCH_TIMING`` (JSON, e.g.
-    ``{"lookahead": "1s"}``); raftsched's defaults when unset."""
-    return json.loads(os.environ.get("BENCH_TIMING", "{}"))
+    """``[timing]`` overrides for W2 and W3F from ``BENCH_TIMING``, in the one format
+    every bench cluster reads it in (``bench.cluster.env_timing``: ``key=value,...``; a
+    JSON reading here refused what the other workloads took); raftsched's defaults when
+    unset."""
+    return env_timing()
 
 
 def _timing_ms() -> dict[str, int]:

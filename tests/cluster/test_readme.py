@@ -121,6 +121,7 @@ COVERAGE: dict[tuple[str, str], str] = {
     ("bash", "raftsched job backfill nightly-backup"):
         "test_dependency_concurrency_and_backfill_snippets",
     ("toml", "[cluster]"): "test_job_spec_and_config_snippets_are_valid",
+    ("toml", "[timing]"): "test_job_spec_and_config_snippets_are_valid",
     ("toml", '--8<-- "cluster.example.toml"'): "test_configuration_page_shows_the_example_config",
     ("", '{"ts_ms":'): "test_tour (keys compared with a real run.started event)",
     ("", "$ curl -s 127.0.0.1:7201/metrics"): "test_tour (sample output compared)",
@@ -394,6 +395,17 @@ def test_job_spec_and_config_snippets_are_valid(tmp_path) -> None:
     cfg_path.write_text(block("toml", "[cluster]").text + block("toml", "[limits]").text)
     logs = load_config(str(cfg_path)).limits
     assert logs == Limits() and logs.log_bytes_per_node == 1 << 30
+    # The quieter idle timing of docs/configuration.md: valid, and its empty appends do
+    # space out to two periods, 150 ms (what the page says it buys).
+    from raftsched.node.replica import pacing
+    cfg_path.write_text(block("toml", "[cluster]").text + block("toml", "[timing]").text)
+    t = load_config(str(cfg_path)).timing
+    assert (t.append_period_ms, t.election_timeout_min_ms, t.election_timeout_max_ms) == \
+        (75, 300, 900)
+    assert pacing.may_space(t.append_period_ms / 1000, t.election_timeout_min_ms / 1000,
+                            t.leader_fallback_ms / 1000)
+    assert pacing.next_append_in(t.append_period_ms / 1000, caught_up=True,
+                                 calm=True) == pytest.approx(0.150)
 
 
 def test_dependency_concurrency_and_backfill_snippets(cluster_factory, tmp_path, capsys,
