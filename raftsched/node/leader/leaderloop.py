@@ -361,11 +361,9 @@ class LeaderLoop:
         cut_off = any(n not in self.lost for n in self.disc_since)
         self.quiet = not (active or cut_off)
         delay = QUIET_HOUSEKEEPING_S if self.quiet else HOUSEKEEPING_S
-        # Only a quiet look with no job falling due within a grid step after it is a
+        # Only a quiet look with no plan falling due within a grid step after it is a
         # bound the shared grid may stretch (core/ticks.py): never a plan's lead time.
-        self.look_is_bound = self.quiet and (
-            nxt is None or nxt - self.cfg.timing.lookahead_ms - now
-            >= (QUIET_HOUSEKEEPING_S + ticks.GRID_S) * 1000)
+        self.look_is_bound = self.quiet
         if nxt is not None:
             began, wait_ms = early.begin(now)
             if began:
@@ -376,8 +374,8 @@ class LeaderLoop:
             lead = nxt - self.cfg.timing.lookahead_ms - now
             if wait_ms is not None:
                 lead = min(lead, wait_ms)
-                self.look_is_bound = self.look_is_bound and \
-                    wait_ms >= (QUIET_HOUSEKEEPING_S + ticks.GRID_S) * 1000
+            self.look_is_bound = self.quiet and \
+                lead >= (QUIET_HOUSEKEEPING_S + ticks.GRID_S) * 1000
             delay = min(delay, max(lead / 1000, STALL_S))
             # Held back by admission control: until the next run may be granted.
             delay = max(delay, min(self.admission.wait_s(self.clock.monotonic()),

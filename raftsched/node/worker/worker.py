@@ -207,8 +207,9 @@ class WorkerPool:
         try:
             while not self.commits.stopping:
                 delay = self._step()
-                if not self.local and delay >= IDLE_POLL_S:
-                    # Nothing here at all: the safety net, on the loop's shared grid.
+                if not self.local:
+                    # Nothing here at all: the safety net, on the loop's shared grid (a
+                    # shorter wait, a replaying journal's, is left as it is).
                     delay = ticks.coalesced(self.clock.monotonic(), delay)
                 self._wake.clear()
                 try:
