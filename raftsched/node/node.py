@@ -136,6 +136,9 @@ class Node:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.raft_to_id = AddressBook.of((p.id, p.raft) for p in cfg.nodes)
         self._stop = asyncio.Event()
+        #: ``node.stopped`` was said: the node's last line. An effect batch its Raft thread
+        #: queued to the loop before it stopped runs as the loop closes, after it.
+        self._said_stopped = False
         #: The process exit code ``run_node`` returns (1 after a refused format).
         self.exit_code = 0
         node_dir = cfg.node_data_dir(node_id)
@@ -373,6 +376,8 @@ class Node:
             keyring.aead = not self.features.missing(SEAL_FEATURE)
 
     def _on_effects(self, effects: list[Effect]) -> None:
+        if self._said_stopped:
+            return  # news from after the node's last line is nobody's: not logged, not fed
         wake_worker = wake_leader = False
         me = self.node_id
         try:
@@ -466,6 +471,7 @@ class Node:
                     await self._shut_down(tasks)
         finally:
             self._release()
+            self._said_stopped = True
             events.emit("node.stopped", node=self.node_id)
 
     def _parts(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
