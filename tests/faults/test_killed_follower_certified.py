@@ -173,8 +173,16 @@ def test_a_restarted_node_kills_what_its_dead_incarnation_left_and_certifies_it(
     assert lost and lost[0]["reason"] == CERTIFIED, runs
     starts = wait_until(lambda: (lambda s: s if len(s) >= 2 else None)(
         [w for w in read_witness(ran) if w.get("phase") == "start"]), 30, "attempt 2 running")
-    assert [w["ATTEMPT"] for w in starts] == ["1", "2"], starts
+    attempts = [int(w["ATTEMPT"]) for w in starts]
+    assert attempts[0] == 1 and attempts == sorted(set(attempts)), starts
+    # On a loaded machine (a 2 s node timeout here) the new incarnation can miss its own
+    # lease right after spawning attempt 2, and fence it before its first line: then a
+    # later attempt runs instead. Each attempt that left no line must be recorded lost
+    # for that reason (never certified: only attempt 1's incarnation was).
+    for a in range(2, attempts[1]):
+        rec = next(r for r in cl_runs(c, "n1", "long") if r["attempt"] == a)
+        assert rec["state"] == "lost" and rec["reason"] != CERTIFIED, (a, rec)
     ends = [w for w in read_witness(ran) if w.get("phase") in ("tick", "end")
             and w["ATTEMPT"] == "1"]
-    second = next(w for w in starts if w["ATTEMPT"] == "2")
-    assert all(w["t"] < second["t"] for w in ends), "attempt 1 still ran beside attempt 2"
+    second = starts[1]
+    assert all(w["t"] < second["t"] for w in ends), "attempt 1 still ran beside a retry"
