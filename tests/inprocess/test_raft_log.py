@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from pysyncobj import SyncObj, SyncObjConf
 
-from raftsched.node.replica.compat import RaftSyncObj, install, known_prefix
+from raftsched.node.replica.compat import install, known_prefix
+from raftsched.node.replica.raftsync import RaftSyncObj
 from tests.support.harness import free_ports
 
 pytestmark = pytest.mark.timeout(30)

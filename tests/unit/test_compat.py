@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raftsched.node.replica import compat
+from raftsched.node.replica import compat, prevote, raftsync
 
 
 def test_the_installed_pysyncobj_is_the_pinned_one_with_every_patched_internal() -> None:
@@ -38,13 +38,17 @@ def test_the_log_safety_override_is_what_pysyncobj_calls() -> None:
     for name in ("_SyncObj__onMessageReceived", "_SyncObj__deleteEntriesFrom",
                  "_SyncObj__deleteEntriesTo", "_checkCommandsToApply",
                  "_SyncObj__applyLogEntries", "_doDestroy"):
-        assert name in vars(compat.RaftSyncObj), name
+        assert name in vars(raftsync.RaftSyncObj), name
         assert hasattr(compat.SyncObj, name), name
+    # Pre-vote gates the deadline pysyncobj's tick reads, under its mangled name.
+    assert isinstance(vars(prevote.PreVoteSyncObj)["_SyncObj__raftElectionDeadline"], property)
+    assert issubclass(raftsync.RaftSyncObj, prevote.PreVoteSyncObj)
 
 
 def test_only_the_raft_adapter_compat_and_its_journal_layer_import_pysyncobj() -> None:
-    """durable.py is compat's journal half (group commit subclasses FileJournal); the
-    attributes it names are in compat's checked list."""
+    """raftsync.py and prevote.py are the patched SyncObj, durable.py its journal half
+    (group commit subclasses FileJournal); the attributes they name are in compat's
+    checked list."""
     import ast
     from pathlib import Path
 
@@ -57,4 +61,5 @@ def test_only_the_raft_adapter_compat_and_its_journal_layer_import_pysyncobj() -
             if any(n.split(".")[0] == "pysyncobj" for n in names):
                 importers.add(str(path.relative_to(pkg)))
     assert importers <= {"node/replica/raft.py", "node/replica/compat.py",
+                         "node/replica/raftsync.py", "node/replica/prevote.py",
                          "node/replica/durable.py"}, importers

@@ -1,5 +1,6 @@
-"""The Raft adapter: with ``compat`` (its patches of pysyncobj's internals, checked
-at start) the only module that imports pysyncobj.
+"""The Raft adapter: with ``compat`` (the checked list of pysyncobj's internals it
+patches), ``raftsync`` and ``prevote`` (the patched SyncObj) and ``durable`` (its
+journal) the only modules that import pysyncobj.
 
 One ``SyncObjConsumer`` with a single ``@replicated apply(blob)``: the log carries our
 own versioned msgpack bytes, never pickled raftsched objects. Snapshots are our
@@ -42,7 +43,7 @@ from raftsched.core.effects import Effect
 from raftsched.core.errors import LimitExceeded, NotReady, Overloaded
 from raftsched.core.machine import ClusterState
 from raftsched.node.observe import gcwatch
-from raftsched.node.replica.compat import RaftSyncObj, derive_key, install, raft_now
+from raftsched.node.replica.compat import derive_key, install, raft_now
 from raftsched.node.replica.durable import (
     DEFAULT_DURABILITY,
     DURABILITY_MODES,
@@ -51,6 +52,7 @@ from raftsched.node.replica.durable import (
 )
 from raftsched.node.replica.procs import die_with_parent
 from raftsched.node.replica.raftkeys import RaftKeyring
+from raftsched.node.replica.raftsync import RaftSyncObj
 from raftsched.node.replica.replica import Replica
 
 log = logging.getLogger("raftsched.raft")
@@ -96,7 +98,7 @@ SNAPSHOT_NICE = 19
 
 
 #: The log's growth in bytes since the last snapshot that makes one due however few
-#: its entries (compat.RaftSyncObj.rs_compaction_bytes): a million jobs put in batches
+#: its entries (raftsync.RaftSyncObj.rs_compaction_bytes): a million jobs put in batches
 #: of 1,000 are 1,000 entries of ~100 KB, all held in memory until the snapshot.
 LOG_COMPACTION_BYTES = 32 << 20
 
@@ -244,7 +246,7 @@ class RaftNode:
             bindRetryTime=0.2,
             onStateChanged=self._state_changed,
             # A message, a submitted command, a finished sync or a lone leader's own
-            # append (compat.RaftSyncObj._checkCommandsToApply) wakes the poller at
+            # append (raftsync.RaftSyncObj._checkCommandsToApply) wakes the poller at
             # once; what the tick itself does (the leader's appends, a follower's
             # election deadline) is paced by the append period: ticking faster than it
             # only burns an idle node's CPU.
@@ -266,7 +268,7 @@ class RaftNode:
         # Well inside the connection timeout: an idle connection is never dropped.
         self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
         # Pre-vote: a node back from a pause, a partition or a stall of its own Raft
-        # thread (a loaded host) never deposes a working leader (compat.RaftSyncObj).
+        # thread (a loaded host) never deposes a working leader (raftsync.RaftSyncObj).
         self.sync._rs_prevote = os.environ.get("RAFTSCHED_PREVOTE", "1") != "0"
         self.sync.__init__(self_addr, self.peers, conf=conf,  # type: ignore[misc]
                            consumers=[self._consumer])

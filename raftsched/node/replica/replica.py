@@ -32,7 +32,7 @@ from raftsched.node.observe import gcwatch
 from raftsched.node.replica.timedlock import TimedLock
 
 if TYPE_CHECKING:
-    from raftsched.node.replica.compat import RaftSyncObj
+    from raftsched.node.replica.raftsync import RaftSyncObj
 
 # The Raft adapter's logger: one component, whichever of its modules writes the line.
 log = logging.getLogger("raftsched.raft")
