@@ -106,10 +106,14 @@ SHUTDOWN_TRANSFER_S = 2.0
 #: Reads refused with not_ready while this node reaches no quorum (unless ``stale``).
 _QUORUM_READS = frozenset({"get_job", "list_jobs", "runs"})
 #: Effects that may give the leader something new to plan.
-_LEADER_WAKERS = (JobPut, JobResumed, RunEnded, ClaimsReleased, NodeJoined, NodeBack, Restored,
-                  RunCreated, NodeDraining)
+_LEADER_WAKERS = frozenset({JobPut, JobResumed, RunEnded, ClaimsReleased, NodeJoined, NodeBack,
+                            Restored, RunCreated, NodeDraining})
 #: Effects that may give this node's worker something to do (or free a slot).
-_WORKER_WAKERS = (ClaimsReleased, Restored, RunEnded)
+_WORKER_WAKERS = frozenset({ClaimsReleased, Restored, RunEnded})
+#: Effects the node itself acts on (``Node._act_on``): a run's own effects, three or
+#: four per run on every node, are not among them and skip its match.
+_NODE_ACTS = frozenset({RunAssigned, StopRun, TransferAsked, NotifyPending, MembersChanged,
+                        Restored, NodeCertified, MemberRemoved})
 
 
 class Node:
@@ -386,32 +390,11 @@ class Node:
                     self.leader.saw_heartbeat(eff.node_id, eff.at_ms)
                     self._choose_seal()
                     continue
-                wake_leader = wake_leader or isinstance(eff, _LEADER_WAKERS)
-                wake_worker = wake_worker or isinstance(eff, _WORKER_WAKERS)
-                match eff:
-                    case RunAssigned(node=node) if node == me:
-                        wake_worker = True
-                    case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
-                        self.worker.cancel(run_id, fence)
-                    case TransferAsked(to=to, term=term):
-                        self.leader.request_transfer(to, term)
-                    case NotifyPending():
-                        self.notifier.wake()
-                    case MembersChanged() | Restored():
-                        membership.refresh_ids(self.raft, self.raft_to_id)
-                        self._guard_hello()
-                    case NodeCertified(node=node, boot=boot) if node == me \
-                            and boot == self.boot_ms:
-                        # The cluster holds this very process dead and has moved its runs on
-                        # (a certificate proved by mistake): it must not run anything more.
-                        self.worker.self_fence("this incarnation was certified dead")
-                        self._fatal(f"this node's incarnation ({boot}) was certified dead; "
-                                    "its runs were moved on", "node.certified_dead")
-                    case MemberRemoved(node_id=node_id) if node_id == me:
-                        self._fatal(f"this node ({me}) was removed from the cluster; it will not "
-                                    f"rejoin. To bring the machine back, wipe its data dir and add "
-                                    f"it under a new id with `raftsched cluster add-node`",
-                                    "node.removed")
+                kind = type(eff)
+                wake_leader = wake_leader or kind in _LEADER_WAKERS
+                wake_worker = wake_worker or kind in _WORKER_WAKERS
+                if kind in _NODE_ACTS:
+                    wake_worker = self._act_on(eff) or wake_worker
                 if self.metrics is not None:
                     self.metrics.effect(eff)
                 if isinstance(eff, LeaderChanged) and eff.term < self.raft.term():
@@ -429,6 +412,35 @@ class Node:
                 self.worker.notify()
             if wake_leader:
                 self.leader.wake()
+
+    def _act_on(self, eff: Effect) -> bool:
+        """What this node does itself for one of the ``_NODE_ACTS`` effects; True when
+        its worker has a new claim to look at."""
+        me = self.node_id
+        match eff:
+            case RunAssigned(node=node):
+                return node == me
+            case StopRun(run_id=run_id, node=node, fence=fence) if node == me:
+                self.worker.cancel(run_id, fence)
+            case TransferAsked(to=to, term=term):
+                self.leader.request_transfer(to, term)
+            case NotifyPending():
+                self.notifier.wake()
+            case MembersChanged() | Restored():
+                membership.refresh_ids(self.raft, self.raft_to_id)
+                self._guard_hello()
+            case NodeCertified(node=node, boot=boot) if node == me and boot == self.boot_ms:
+                # The cluster holds this very process dead and has moved its runs on (a
+                # certificate proved by mistake): it must not run anything more.
+                self.worker.self_fence("this incarnation was certified dead")
+                self._fatal(f"this node's incarnation ({boot}) was certified dead; "
+                            "its runs were moved on", "node.certified_dead")
+            case MemberRemoved(node_id=node_id) if node_id == me:
+                self._fatal(f"this node ({me}) was removed from the cluster; it will not "
+                            f"rejoin. To bring the machine back, wipe its data dir and add "
+                            f"it under a new id with `raftsched cluster add-node`",
+                            "node.removed")
+        return False
 
     # ------------------------------------------------------------ lifecycle
 

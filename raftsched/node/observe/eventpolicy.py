@@ -37,9 +37,16 @@ _JOB_EVENTS = {JobPut: "job.put", JobRemoved: "job.removed", JobPaused: "job.pau
                JobResumed: "job.resumed"}
 
 
+#: The effects a node that does not lead may write a line for (its own news); a
+#: follower's share of every run's effects returns before the match.
+_ANY_NODE = frozenset({LeaderChanged, ClaimRefused})
+
+
 def emit_for(eff: Effect, *, me: str, leads: bool) -> None:
     """Write ``eff``'s event line if node ``me`` is the one to (``leads``: this node's
     leader loop is active)."""
+    if not leads and type(eff) not in _ANY_NODE:
+        return
     match eff:
         case RunAssigned(run_id, node, fence) if leads:
             events.emit("run.assigned", node=me, run_id=run_id, assigned_to=node,
