@@ -40,8 +40,6 @@ class LiveFeed:
 
     def effect(self, eff: Effect) -> None:
         self._seq += 1
-        if not self._subscribers:
-            return  # nobody watches: the sequence moves on, nothing is built
         ev = events.feed_event(eff, node=self.node_id, seq=self._seq, ts_ms=now_ms())
         if ev is not None:
             self._send(ev)

@@ -48,6 +48,7 @@ _CLASS_ATTRS = (
     (SyncObj, "_SyncObj__onNodeDisconnected"), (_syncobj_module, "_RAFT_STATE"),
     (SyncObj, "_SyncObj__getCurrentLogIndex"), (SyncObj, "_SyncObj__getCurrentLogTerm"),
     (SyncObj, "_SyncObj__generateRaftTimeout"), (SyncObj, "_SyncObj__connectedToAnyone"),
+    (SyncObj, "_SyncObj__loadDumpFile"), (SyncObj, "isNodeConnected"),
     (tcp_connection.TcpConnection, "_TcpConnection__processRead"),
     (FileJournal, "clear"), (FileJournal, "_FileJournal__setLastRecordOffset"),
 )
@@ -61,7 +62,7 @@ _INSTANCE_ATTRS = (
                         "_SyncObj__raftMatchIndex", "_SyncObj__lastResponseTime",
                         "_SyncObj__newAppendEntriesTime",
                         "_poller", "_SyncObj__pipeNotifier",
-                        "_SyncObj__forceLogCompaction")),
+                        "_SyncObj__forceLogCompaction", "_SyncObj__properies")),
     (tcp_connection.TcpConnection.__init__, ("_TcpConnection__readBuffer",)),
     (FileJournal.__init__, ("_FileJournal__journal", "_FileJournal__journalFile",
                             "_FileJournal__currentOffset", "_FileJournal__metaStorer",

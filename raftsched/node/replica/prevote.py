@@ -33,7 +33,10 @@ PREVOTE_STUCK_ROUNDS = 3
 
 class PreVoteSyncObj(SyncObj):
     """SyncObj whose elections wait for a pre-vote majority (see the module docstring
-    and :meth:`_rs_before_election`)."""
+    and :meth:`_rs_before_election`). A base of
+    :class:`~raftsched.node.replica.raftsync.RaftSyncObj` only: that class's tick calls
+    :meth:`_rs_before_election`, routes the pre-vote messages here, and keeps the
+    times and stalls this class reads (``_rs_leader_seen``, ``_rs_last_tick``...)."""
 
     #: Pre-vote on (see :meth:`_rs_before_election`).
     _rs_prevote = False

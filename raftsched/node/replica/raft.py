@@ -268,7 +268,7 @@ class RaftNode:
         # Well inside the connection timeout: an idle connection is never dropped.
         self.sync._rs_ping_every_s = timing.connection_timeout_ms / 4000
         # Pre-vote: a node back from a pause, a partition or a stall of its own Raft
-        # thread (a loaded host) never deposes a working leader (raftsync.RaftSyncObj).
+        # thread (a loaded host) never deposes a working leader (prevote.PreVoteSyncObj).
         self.sync._rs_prevote = os.environ.get("RAFTSCHED_PREVOTE", "1") != "0"
         self.sync.__init__(self_addr, self.peers, conf=conf,  # type: ignore[misc]
                            consumers=[self._consumer])

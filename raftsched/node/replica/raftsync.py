@@ -9,7 +9,6 @@ checked list; ``compat.install()`` runs before one is made.
 from __future__ import annotations
 
 import contextlib
-import logging
 import random
 import threading
 from typing import Any
@@ -27,8 +26,6 @@ from raftsched.node.replica.compat import (
     raft_now,
 )
 from raftsched.node.replica.prevote import PREVOTE, PREVOTE_REPLY, PreVoteSyncObj
-
-log = logging.getLogger("raftsched.raft")
 
 #: What a follower sends the peers it otherwise never talks to (RaftSyncObj._rs_ping).
 _PING = {"type": "rs_ping"}
@@ -300,7 +297,6 @@ class RaftSyncObj(PreVoteSyncObj):
         conf = self._SyncObj__conf
         self._rs_may_space = pacing.may_space(conf.appendEntriesPeriod, conf.raftMinTimeout,
                                               conf.leaderFallbackTimeout)
-
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
