@@ -22,11 +22,13 @@ T0 = 20_000 * 86_400 * S
 
 def _apply(st: ClusterState, cmd: Any) -> dict[str, Any]:
     reply = st.apply_map(cmd)
-    assert reply["ok"], (cmd, reply)
+    if not reply["ok"]:  # not the bug's AssertionError: the xfail must not swallow it
+        raise RuntimeError((cmd, reply))
     return reply
 
 
-@pytest.mark.xfail(strict=True, reason="a fire time can reuse a manual run's id (open bug)")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a fire time can reuse a manual run's id (open bug)")
 def test_a_fire_time_never_reuses_the_id_of_a_manual_run_stamped_ahead() -> None:
     st = ClusterState(history_limit=20)
     now = T0
@@ -44,7 +46,8 @@ def test_a_fire_time_never_reuses_the_id_of_a_manual_run_stamped_ahead() -> None
     ahead = _apply(st, {"op": "trigger", "at": now + 5 * S,
                         "job": "j1", "force": False})["run_id"]
     _apply(st, {"op": "trigger", "at": now, "job": "j1", "force": False})  # replaces it
-    assert ahead in {r.run_id for r in st.history["j1"]}
+    if ahead not in {r.run_id for r in st.history["j1"]}:
+        return  # a fix that keeps such a run out of the history ends the bug: XPASS
     put("1s", "allow")
     st.take_effects()
     live = tuple(Capacity(node_id=n, tags=frozenset(), slots=2, limit=3, load=0)
