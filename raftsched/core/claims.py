@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import conc
+from raftsched.core import conc, heldids
+from raftsched.core.cmdbase import HELD_IDS_VERSION
 from raftsched.core.commands import (
     BadClaim,
     Finish,
@@ -67,6 +68,9 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
     """
     _check_leader(st, cmd.term, cmd.leader, "plan")
     at, versions = cmd.at, cmd.versions
+    # Version 6 plans cover a fire time whose run id a kept record holds (see heldids);
+    # older ones are applied as they were written.
+    held = cmd.v >= HELD_IDS_VERSION
     rejected: list[list[Any]] = []
     for item in cmd.fires:
         if isinstance(item, Refused):
@@ -81,11 +85,15 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
             if rec is None or item.first_ms <= rec.hwm_ms:
                 rejected.append(["miss", item.job, item.first_ms])
                 continue
+            rec.hwm_ms = item.last_ms
             record_miss(st, rec, item.first_ms, item.last_ms, item.fire_count,
                         item.outcome, item.reason[:64], at)
-            rec.hwm_ms = item.last_ms
             continue
         sched, node = item.scheduled_ms, item.node
+        if (held and rec is not None and sched > rec.hwm_ms
+                and heldids.covers(st, rec, sched)):
+            rec.hwm_ms = sched  # accounted for by the record that holds its id
+            continue
         if (rec is None or sched <= rec.hwm_ms or rec.spec.paused
                 or len(rec.active) >= MAX_ACTIVE_PER_JOB
                 or run_id_of(item.job, sched) in st.runs):  # e.g. a manual run's id

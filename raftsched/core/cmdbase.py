@@ -21,9 +21,12 @@ from raftsched.core.packing import packb
 #: ``http`` spec field: an older release refuses such a spec in its apply) and ``deps``
 #: (the ``after``/``on``/``concurrency`` spec fields and the ``backfill`` commands:
 #: command version 5, snapshot version 3) and ``specs`` (it reads snapshot version 4,
-#: the shared spec table).
+#: the shared spec table) and ``runids`` (it applies plan command version 6).
 FEATURES = ("apply", "notify", "lease", "certify", "bounds", "http", "deps", "specs", "seal",
-            "idlebeat", "contact")
+            "idlebeat", "contact", "runids")
+#: Plans that cover a fire time whose run id a kept record holds (command version 6,
+#: core/heldids.py): only once every member applies them.
+RUN_IDS_FEATURE = "runids"
 #: Dependent jobs, concurrency keys and backfills: only once every member has them.
 DEPS_FEATURE = "deps"
 #: Snapshots with the shared spec table (version 4): only once every member reads them.
@@ -66,8 +69,14 @@ BOUNDS_VERSION = 4
 #: holding the keys is refused on replay as its release refused it. Written only by the
 #: commands that carry them (:meth:`Command.written`; the backfill commands always).
 DEPS_VERSION = 5
+#: 6: a plan's run item for a fire time whose run id a kept record already holds (a
+#: manual run stamped ahead, a run of the schedule before a past ``at`` was put) only
+#: raises the job's mark: the record covers it (core/heldids.py). A v1..v5 plan made
+#: such a run beside the record (two records, one id). Written only by a plan holding
+#: such an item, once every member lists ``runids``.
+HELD_IDS_VERSION = 6
 #: Versions this code applies (older ones with the semantics they were written with).
-COMMAND_VERSIONS = frozenset({1, 2, 3, 4, 5})
+COMMAND_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})
 #: Items per batched command (plan, start, finish).
 MAX_BATCH = 20000
 #: Specs per put_jobs command: applying one costs ~45 us per spec on every node, and an
@@ -277,9 +286,11 @@ __all__ = [
     "IDLE_BEAT_FEATURE",
     "CONTACT_FEATURE",
     "LEASE_FEATURE",
+    "RUN_IDS_FEATURE",
     "SEAL_FEATURE",
     "SHARED_SPECS_FEATURE",
-    "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "MAX_AT_MS",
+    "BOUNDS_VERSION", "COMMAND_VERSION", "COMMAND_VERSIONS", "DEPS_VERSION", "HELD_IDS_VERSION",
+    "MAX_AT_MS",
     "MAX_BATCH", "MAX_PUT_BATCH", "PAST_AT_VERSION", "REFUSAL_REMEMBERED_VERSION",
     "ClientCommand", "Command", "any_bounds", "any_deps", "any_past_at", "base_fields",
     "bool_field", "client_fields",

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgpack
 
-from raftsched.core import backfill
+from raftsched.core import backfill, members
 from raftsched.core.cmdbase import SHARED_SPECS_FEATURE
 from raftsched.core.commands import COMMAND_VERSION, COMMAND_VERSIONS, Command
 from raftsched.core.errors import ProtocolError
@@ -23,7 +23,7 @@ from raftsched.core.machine import ClusterState
 from raftsched.core.notifydata import BODY_VERSION as NOTIFY_VERSION
 from raftsched.core.notifydata import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
-from raftsched.core.records import REMOVED, Leadership, MemberRecord, NodeRecord, RunRecord
+from raftsched.core.records import Leadership, MemberRecord, NodeRecord, RunRecord
 from raftsched.core.specrows import (
     SHARED_SPECS_MIN_JOBS,
     Interner,
@@ -147,15 +147,10 @@ def encode_state(st: ClusterState) -> bytes:
 
 
 def _all_read_shared_specs(st: ClusterState) -> bool:
-    """Whether every member's last heartbeat listed ``specs``: a snapshot goes to any
-    follower, and a release before version 4 would stop on it (a rolling upgrade
-    writes the old form until its last node is upgraded). The members are the
-    replicated membership's, else every node that has sent a heartbeat; a member that
-    has sent none yet is not waited for, as in the node's feature check."""
-    ids = [m.node_id for m in st.members.values() if m.status != REMOVED] \
-        if st.members else list(st.nodes)
-    nodes = st.nodes
-    return all(SHARED_SPECS_FEATURE in (nodes[n].features or ()) for n in ids if n in nodes)
+    """Whether every member reads ``specs``: a snapshot goes to any follower, and a
+    release before version 4 would stop on it (a rolling upgrade writes the old form
+    until its last node is upgraded), as in the node's feature check."""
+    return members.all_have(st, SHARED_SPECS_FEATURE)
 
 
 def _notify_snapshot(st: ClusterState) -> dict[str, Any]:

@@ -98,6 +98,7 @@ def put_spec(st: StateData, ready: CheckedSpec, max_jobs: int | None, at: int,
     if late_at is not None:
         # An `at` up to its grace in the past fires now, late, as any late run does.
         rec.hwm_ms = late_at - 1
+        st.refresh_held(rec)  # a run of the old schedule may hold late_at's id
     if spec.after or (old is not None and old.after):
         deps.index(st, spec, old)
     conc.track(st, rec, at)
@@ -176,6 +177,7 @@ def apply_delete_job(st: StateData, cmd: DeleteJob, *,
                        keep_history=False)
     del st.jobs[rec.spec.id]
     st.history.pop(rec.spec.id, None)
+    st.held_ahead.pop(rec.spec.id, None)
     deps.unindex(st, rec.spec)
     conc.untrack(st, rec.spec.id, at)
     if st.backfills:

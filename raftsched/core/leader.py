@@ -23,7 +23,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from raftsched.core import members
+from raftsched.core import heldids, members
+from raftsched.core.cmdbase import COMMAND_VERSION, HELD_IDS_VERSION, RUN_IDS_FEATURE
 from raftsched.core.commands import Drop, Fire, MissFire, Next, Place, Plan, RunFire
 from raftsched.core.misses import classify, late_reason, overlap_decision
 from raftsched.core.model import FireAction, MissReason, Overlap, RunState
@@ -199,6 +200,9 @@ class DueJob:
     :var next_ms: its next fire time as the state indexed it.
     :var version: its version (the plan is refused for a job changed since).
     :var active: ``(run_id, state)`` of its active runs.
+    :var held: fire times above the mark whose run id a kept record holds: the plan
+        covers them (see :mod:`~raftsched.core.heldids`); empty until every member
+        applies such a plan.
     """
 
     spec: JobSpec
@@ -206,6 +210,7 @@ class DueJob:
     next_ms: int | None
     version: int
     active: tuple[tuple[str, str], ...]
+    held: frozenset[int] = heldids.NONE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -261,7 +266,14 @@ def plan_input(st: StateData, horizon_ms: int, *, skip_jobs: Collection[str] = (
                                   grace_ms=rec.spec.misfire.grace_ms, attempt=run.attempt,
                                   key=key, backfill=is_bf))
     due = []
+    covering: bool | None = None  # every member applies a plan that covers (asked once)
     for rec in st.due_jobs(horizon_ms, MAX_JOBS_PER_PLAN, skip_jobs):
+        held = heldids.held(st, rec) if st.held_ahead else heldids.NONE
+        if held:
+            if covering is None:
+                covering = members.all_have(st, RUN_IDS_FEATURE)
+            if not covering:
+                held = heldids.NONE
         conc = rec.spec.concurrency
         if conc is not None and conc.key not in keys:
             keys[conc.key] = (table.on_node(conc.key), table.limit(conc.key))
@@ -269,7 +281,7 @@ def plan_input(st: StateData, horizon_ms: int, *, skip_jobs: Collection[str] = (
         due.append(DueJob(spec=rec.spec, hwm_ms=rec.hwm_ms, next_ms=rec.next_ms,
                           version=rec.version,
                           active=tuple((r, st.runs[r].state) for r in rec.active
-                                       if r not in bf_runs)))
+                                       if r not in bf_runs), held=held))
     return PlanInput(pending=tuple(pending), due=tuple(due),
                      last_leader_ms=st.leader.prev_ms,
                      member_tags=members.member_tags(st), keys=keys)
@@ -304,6 +316,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
     budget = min(ctx.budget, MAX_RUNS_PER_PLAN)
     catch_ups = 0
     last_leader_ms = inp.last_leader_ms
+    covers = False  # an item covers a fire time a kept record holds (version 6)
 
     # Runs this plan ends: they no longer hold back their job's next fire (overlap).
     ended: set[str] = set()
@@ -374,10 +387,25 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         blocked = False
         for m in res.missed:
             m_outcome = outcome if m.reason == reason else RunState.missed
-            items.append(MissFire(spec.id, m.first_ms, m.last_ms, m.count, m_outcome, m.reason))
+            first: int | None = m.first_ms
+            count = m.count
+            while first is not None and first in rec.held and count > 0:
+                # The range's record would take the id a kept record holds: that fire
+                # time is covered instead, and the range starts after it.
+                items.append(RunFire(spec.id, first, None, False))
+                covers = True
+                count -= 1
+                first = next_fire(spec.schedule, first) if count else None
+            if first is not None and count > 0:
+                items.append(MissFire(spec.id, first, m.last_ms, count, m_outcome, m.reason))
             hwm = m.last_ms
         made = False  # a run of this job made by this plan
         for fire in res.run:
+            if fire in rec.held:
+                items.append(RunFire(spec.id, fire, None, False))  # covered (no run)
+                covers = True
+                hwm = fire
+                continue
             if budget <= 0:
                 # A catch-up of many fire times (``misfire = all``): the rest next plan.
                 blocked = True
@@ -470,7 +498,7 @@ def plan_from(inp: PlanInput, ctx: LeaderContext) -> Plan | None:
         return None
     return Plan(at=ctx.now_ms, term=ctx.term, leader=ctx.node_id, fires=tuple(fires),
                 place=tuple(place_items), drop=tuple(drop), next=tuple(nxt),
-                versions=versions)
+                versions=versions, v=HELD_IDS_VERSION if covers else COMMAND_VERSION)
 
 
 def _key_full(keys: dict[str, tuple[int, int]], key: str) -> bool:

@@ -52,6 +52,16 @@ def is_removed(st: StateData, node_id: str) -> bool:
     return rec is not None and rec.status == REMOVED
 
 
+def all_have(st: StateData, feature: str) -> bool:
+    """Whether every member's last heartbeat listed ``feature`` (its release knows it).
+    The members are the replicated membership's, else every node that has sent a
+    heartbeat; a member that has sent none yet is not waited for."""
+    nodes = st.nodes
+    ids = [m.node_id for m in st.members.values() if m.status != REMOVED] \
+        if st.members else list(nodes)
+    return all(feature in (nodes[n].features or ()) for n in ids if n in nodes)
+
+
 def member_tags(st: StateData) -> tuple[frozenset[str], ...] | None:
     """The tags of every member, as its heartbeats declared them; None while an active
     member has sent none yet: its tags are unknown, so nothing may be called

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import notify
+from raftsched.core import heldids, notify
 from raftsched.core.effects import RangeMissed, RunAssigned, RunCreated, RunEnded, StopRun
 from raftsched.core.model import RunState, run_id_of
 from raftsched.core.records import RunRecord
@@ -51,6 +51,7 @@ def new_run(st: StateData, rec: JobRecord, sched: int, at: int, *, manual: bool 
         note = f"queued: concurrency {rec.spec.concurrency.key}" if rec.spec.concurrency \
             else note
     run.note(at, note)
+    heldids.note(st, rec, sched)
     st.table.add(run)
     rec.add_active(run.run_id)
     st.effects.append(RunCreated(run.run_id))
@@ -157,6 +158,7 @@ def record_miss(st: StateData, rec: JobRecord, first: int, last: int, count: int
                     scheduled_ms=first, created_ms=at, state=state.value, reason=reason,
                     finished_ms=at, until_ms=last if last != first else None, count=count)
     run.note(at, reason)
+    heldids.note(st, rec, first)
     hist.append(run)
     st.effects.append(RangeMissed(run.run_id, state.value, reason, first, last, count))
     notify.on_outcome(st, rec, run, at, first=first, last=last, count=count)

@@ -78,6 +78,9 @@ class StateData:
         self.dependents: dict[str, set[str]] = {}
         #: Run id -> the backfill it belongs to, for its active runs.
         self.bf_runs: dict[str, str] = {}
+        #: Job id -> the latest instant a record of it holds above its mark: a filter
+        #: for the fire times such a record covers (core/heldids.py).
+        self.held_ahead: dict[str, int] = {}
         self.effects: list[Effect] = []
 
     # The run table's parts, for readers (views, the planner, snapshots, tests).
@@ -255,6 +258,26 @@ class StateData:
             for parent in rec.spec.after:
                 self.dependents.setdefault(parent, set()).add(rec.spec.id)
         self.bf_runs = {r: bf.id for bf in self.backfills.values() for r in bf.active}
+        self.held_ahead = {}
+        for rec in self.jobs.values():
+            self.refresh_held(rec)
+
+    def held_above(self, rec: JobRecord) -> list[int]:
+        """The instants above ``rec``'s mark that a kept record of it (live or history)
+        was made for (see core/heldids.py)."""
+        mark, runs = rec.hwm_ms, self.runs
+        out = [runs[r].scheduled_ms for r in rec.active if runs[r].scheduled_ms > mark]
+        out.extend(r.scheduled_ms for r in self.history.get(rec.spec.id, ())
+                   if r.scheduled_ms > mark)
+        return out
+
+    def refresh_held(self, rec: JobRecord) -> None:
+        """``held_ahead`` for one job from its kept records (a restore, a lowered mark)."""
+        top = max(self.held_above(rec), default=None)
+        if top is None:
+            self.held_ahead.pop(rec.spec.id, None)
+        else:
+            self.held_ahead[rec.spec.id] = top
 
     def rebuild_due(self) -> None:
         """The due index from the jobs alone (no stale entry)."""

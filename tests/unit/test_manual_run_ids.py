@@ -1,61 +1,202 @@
-"""A known bug, pinned (found by tests/unit/test_state_machine.py in CI on 2026-12-06):
-a manual run stamped ahead of the job's schedule (a trigger from a node whose clock is
-ahead) takes ``job@<ms>``, an id that is no fire time of the schedule then. After a put
-changes the schedule so that this ms is a fire time, the plan creates that fire with
-the same id as the manual run's history record: two records, one run id. (While the
-manual run is still active, the plan refuses the fire instead, in every plan until it
-ends.) Strict xfail: fixing the bug makes this test fail until the mark is removed."""
+"""A fire time whose run id a kept record already holds is covered by that record, never
+made a second time (core/heldids.py; found by tests/unit/test_state_machine.py in CI on
+2026-12-06): two records never share one run id.
+
+A manual run stamped ahead of the job's schedule (a trigger from a node whose clock is
+ahead) takes ``job@<ms>``, an id that is no fire time of the schedule then; a put can
+change the schedule so that this ms is one. A put of a one-shot ``at`` already past
+lowers the mark to its instant, which a run of the old schedule may hold. The plan
+covers such a fire time (version 6) once every member lists ``runids``; before that it
+is planned as older releases did, and a plan of an older version is applied as written.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from raftsched.core.effects import RunCreated
+from raftsched.core.cmdbase import COMMAND_VERSION, FEATURES, HELD_IDS_VERSION, PAST_AT_VERSION
+from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
+from raftsched.core.commands import Plan, RunFire
+from raftsched.core.durations import format_timestamp
+from raftsched.core.effects import PlanRejected, RunCreated
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.machine import ClusterState
+from raftsched.core.model import run_id_of
 
 S = 1000
 T0 = 20_000 * 86_400 * S
 
 
 def _apply(st: ClusterState, cmd: Any) -> dict[str, Any]:
+    """Apply ``cmd`` as a replica does (a command object through its wire bytes)."""
+    if isinstance(cmd, Plan):
+        cmd = decode_command(encode_command(cmd))
     reply = st.apply_map(cmd)
-    if not reply["ok"]:  # not the bug's AssertionError: the xfail must not swallow it
-        raise RuntimeError((cmd, reply))
+    assert reply["ok"], (cmd, reply)
     return reply
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="a fire time can reuse a manual run's id (open bug)")
-def test_a_fire_time_never_reuses_the_id_of_a_manual_run_stamped_ahead() -> None:
+def _cluster(*, features: tuple[str, ...] | None = FEATURES) -> ClusterState:
     st = ClusterState(history_limit=20)
-    now = T0
-    _apply(st, {"op": "leader", "at": now, "node": "n1", "term": 1})
+    _apply(st, {"op": "leader", "at": T0, "node": "n1", "term": 1})
     for node in ("n1", "n2"):
-        _apply(st, {"op": "heartbeat", "at": now, "node": node, "boot": 1, "slots": 2,
-                    "queue": 1, "tags": [], "api": ""})
+        _apply(st, {"op": "heartbeat", "at": T0, "node": node, "boot": 1, "slots": 2,
+                    "queue": 1, "tags": [], "api": "",
+                    **({"features": list(features)} if features is not None else {})})
+    return st
 
-    def put(every: str, overlap: str) -> None:
-        _apply(st, {"op": "put_job", "at": now, "spec": {
-            "id": "j1", "schedule": {"every": every}, "command": ["true"],
-            "overlap": overlap}})
 
-    put("2s", "replace")
-    ahead = _apply(st, {"op": "trigger", "at": now + 5 * S,
-                        "job": "j1", "force": False})["run_id"]
-    _apply(st, {"op": "trigger", "at": now, "job": "j1", "force": False})  # replaces it
-    if ahead not in {r.run_id for r in st.history["j1"]}:
-        return  # a fix that keeps such a run out of the history ends the bug: XPASS
-    put("1s", "allow")
-    st.take_effects()
+def _put(st: ClusterState, schedule: dict[str, Any], overlap: str = "allow",
+         at: int = T0) -> None:
+    _apply(st, {"op": "put_job", "at": at, "v": PAST_AT_VERSION, "spec": {
+        "id": "j1", "schedule": schedule, "command": ["true"], "overlap": overlap}})
+
+
+def _plan(st: ClusterState, now: int, term: int = 1) -> Plan | None:
     live = tuple(Capacity(node_id=n, tags=frozenset(), slots=2, limit=3, load=0)
                  for n in ("n1", "n2"))
-    cmd = plan(st, LeaderContext(node_id="n1", term=1, now_ms=now + 5 * S, lookahead_ms=0,
-                                 since_ms=st.leader.since_ms, boot_ms=T0, live=live))
+    return plan(st, LeaderContext(node_id="n1", term=term, now_ms=now, lookahead_ms=0,
+                                  since_ms=st.leader.since_ms, boot_ms=T0, live=live))
+
+
+def _ids(st: ClusterState) -> list[str]:
+    """Every run id the state keeps (live and history), one entry per run: a retry's
+    earlier attempts keep its id, so they are left out."""
+    ids = list(st.runs)
+    ids += [r.run_id for r in st.history.get("j1", ()) if r.run_id not in st.runs
+            and r.attempt == 1]
+    return ids
+
+
+def _stamped_ahead(st: ClusterState) -> str:
+    """A manual run 5 s ahead (every 2 s: its ms is no fire time then), replaced at once
+    by another trigger, so it is in the history; then every 1 s: now it is one."""
+    _put(st, {"every": "2s"}, "replace")
+    ahead = _apply(st, {"op": "trigger", "at": T0 + 5 * S, "job": "j1",
+                        "force": False})["run_id"]
+    _apply(st, {"op": "trigger", "at": T0, "job": "j1", "force": False})
+    assert ahead == run_id_of("j1", T0 + 5 * S)
+    assert ahead in {r.run_id for r in st.history["j1"]}
+    _put(st, {"every": "1s"})
+    return ahead
+
+
+def test_a_fire_time_never_reuses_the_id_of_a_manual_run_stamped_ahead() -> None:
+    st = _cluster()
+    ahead = _stamped_ahead(st)
+    st.take_effects()
+    cmd = _plan(st, T0 + 5 * S)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+    assert RunFire("j1", T0 + 5 * S, None, False) in cmd.fires
+    _apply(st, cmd)
+    effects = st.take_effects()
+    # 1..4 s coalesce into one missed range (policy once); 5 s is the manual run's.
+    assert not [e for e in effects if isinstance(e, (RunCreated, PlanRejected))], effects
+    assert st.jobs["j1"].hwm_ms == T0 + 5 * S  # the fire time is accounted for
+    assert [r.manual for r in st.history["j1"] if r.run_id == ahead] == [True]
+    ids = _ids(st)
+    assert len(ids) == len(set(ids)), ids
+    # The next plan goes on after it.
+    nxt = _plan(st, T0 + 6 * S)
+    assert nxt is not None and nxt.v == COMMAND_VERSION
+    _apply(st, nxt)
+    assert [e.run_id for e in st.take_effects() if isinstance(e, RunCreated)] == [
+        run_id_of("j1", T0 + 6 * S)]
+
+
+def test_a_live_manual_run_covers_its_fire_time_instead_of_refusing_it_every_plan() -> None:
+    st = _cluster()
+    _put(st, {"every": "2s"})
+    ahead = _apply(st, {"op": "trigger", "at": T0 + 5 * S, "job": "j1",
+                        "force": False})["run_id"]
+    _put(st, {"every": "1s"})
+    assert ahead in st.runs
+    cmd = _plan(st, T0 + 5 * S)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+    _apply(st, cmd)
+    effects = st.take_effects()
+    assert not any(isinstance(e, PlanRejected) for e in effects)
+    assert st.jobs["j1"].hwm_ms == T0 + 5 * S
+    assert st.runs[ahead].manual  # the manual run is the one that holds the id
+
+
+def test_a_missed_range_starts_after_a_fire_time_a_kept_record_holds() -> None:
+    """Fire times missed while no leader planned: the range's record would take the id
+    of its first fire time, which the manual run holds."""
+    st = _cluster()
+    ahead = _stamped_ahead(st)
+    cmd = _plan(st, T0 + 4 * S)  # runs 1..4 s: the mark stops below the held 5 s
+    assert cmd is not None and cmd.v == COMMAND_VERSION
+    _apply(st, cmd)
+    later = T0 + 120 * S  # a new leader, long past the grace
+    _apply(st, {"op": "leader", "at": later, "node": "n1", "term": 2})
+    st.take_effects()
+    cmd = _plan(st, later, term=2)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+    _apply(st, cmd)
+    missed = [(r.scheduled_ms, r.until_ms) for r in st.history["j1"]
+              if r.scheduled_ms > T0 + 4 * S]
+    assert missed[0] == (T0 + 5 * S, None)  # the manual run, replaced at once
+    assert missed[1][0] == T0 + 6 * S and missed[1][1] is not None, missed
+    ids = _ids(st)
+    assert len(ids) == len(set(ids)), ids
+    assert [r for r in st.history["j1"] if r.run_id == ahead and not r.manual] == []
+    assert st.jobs["j1"].hwm_ms >= T0 + 100 * S
+
+
+def test_a_past_at_put_over_a_run_of_the_old_schedule_is_covered_by_that_run() -> None:
+    """A one-shot ``at`` already past lowers the mark to its instant; the old schedule's
+    run at that very ms holds the id."""
+    st = _cluster()
+    _put(st, {"every": "1s"})
+    cmd = _plan(st, T0 + 3 * S)  # 1..2 s coalesce into a missed range, 3 s runs
     assert cmd is not None
     _apply(st, cmd)
-    created = [e.run_id for e in st.take_effects() if isinstance(e, RunCreated)]
-    history = {r.run_id for r in st.history["j1"]}
-    assert not set(created) & history, (created, ahead)
+    old = run_id_of("j1", T0 + S)
+    assert [r.until_ms for r in st.history["j1"] if r.run_id == old] == [T0 + 2 * S]
+    _put(st, {"at": format_timestamp(T0 + S)}, at=T0 + 3 * S)  # 2 s past
+    assert st.jobs["j1"].hwm_ms == T0 + S - 1
+    cmd = _plan(st, T0 + 3 * S)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+    st.take_effects()
+    _apply(st, cmd)
+    assert not [e for e in st.take_effects() if isinstance(e, RunCreated)]
+    assert st.jobs["j1"].hwm_ms == T0 + S
+    ids = _ids(st)
+    assert len(ids) == len(set(ids)), ids
+
+
+def test_until_every_member_lists_runids_the_plan_is_written_as_before() -> None:
+    """A rolling upgrade: an older member would stop on a version 6 plan."""
+    st = _cluster(features=tuple(f for f in FEATURES if f != "runids"))
+    _stamped_ahead(st)
+    cmd = _plan(st, T0 + 5 * S)
+    assert cmd is not None and cmd.v == COMMAND_VERSION
+
+
+def test_an_older_plan_is_applied_as_it_was_written() -> None:
+    """Replaying a log: a v2 plan that made such a run makes it again (as the release
+    that wrote it did), so every replica's state stays the same."""
+    st = _cluster()
+    ahead = _stamped_ahead(st)
+    cmd = _plan(st, T0 + 5 * S)
+    assert cmd is not None
+    st.take_effects()
+    _apply(st, cmd.__class__(**{**{f: getattr(cmd, f) for f in (
+        "at", "term", "leader", "fires", "place", "drop", "next", "versions")},
+        "v": COMMAND_VERSION}))
+    assert ahead in [e.run_id for e in st.take_effects() if isinstance(e, RunCreated)]
+
+
+def test_the_filter_is_rebuilt_from_a_snapshot() -> None:
+    st = _stamped_ahead_state()
+    back = decode_state(encode_state(st))
+    assert back.held_ahead == st.held_ahead == {"j1": T0 + 5 * S}
+    cmd = _plan(back, T0 + 5 * S)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+
+
+def _stamped_ahead_state() -> ClusterState:
+    st = _cluster()
+    _stamped_ahead(st)
+    return st

@@ -17,6 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from raftsched.core.cmdbase import FEATURES
 from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.core.commands import FINISH_OUTCOMES as _FINISH_OUTCOMES
 from raftsched.core.commands import Plan
@@ -191,9 +192,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     def heartbeat(self, node: str, new_boot: bool, slots: int, queue: int, gpu: bool) -> None:
         boot = self.boots.get(node, 1) + (1 if new_boot else 0)
         self.boots[node] = boot
+        # Every release since the members' features lists them (so the plan covers a
+        # fire time a kept record holds: core/heldids.py).
         self.apply({"op": "heartbeat", "at": self.now, "node": node, "boot": boot,
                     "slots": slots, "queue": queue, "tags": ["gpu"] if gpu else [],
-                    "api": ""})
+                    "api": "", "features": list(FEATURES)})
 
     @rule(node=st.sampled_from(NODES), delta=st.sampled_from([-1, 0, 0, 1, 1]))
     def leader(self, node: str, delta: int) -> None:
