@@ -25,6 +25,7 @@ from raftsched.core.commands import (
 from raftsched.core.effects import (
     ClaimRefused,
     ClaimsReleased,
+    FireCovered,
     NodeLost,
     PlanRejected,
     RunEnded,
@@ -70,7 +71,7 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
     at, versions = cmd.at, cmd.versions
     # Version 6 plans cover a fire time whose run id a kept record holds (see heldids);
     # older ones are applied as they were written.
-    held = cmd.v >= HELD_IDS_VERSION
+    covered = heldids.covered_in(st, cmd) if cmd.v >= HELD_IDS_VERSION else None
     rejected: list[list[Any]] = []
     for item in cmd.fires:
         if isinstance(item, Refused):
@@ -90,9 +91,10 @@ def apply_plan(st: StateData, cmd: Plan) -> dict[str, Any]:
                         item.outcome, item.reason[:64], at)
             continue
         sched, node = item.scheduled_ms, item.node
-        if (held and rec is not None and sched > rec.hwm_ms
-                and heldids.covers(st, rec, sched)):
+        if covered and rec is not None and (item.job, sched) in covered \
+                and sched > rec.hwm_ms:
             rec.hwm_ms = sched  # accounted for by the record that holds its id
+            st.effects.append(FireCovered(run_id_of(item.job, sched)))
             continue
         if (rec is None or sched <= rec.hwm_ms or rec.spec.paused
                 or len(rec.active) >= MAX_ACTIVE_PER_JOB

@@ -71,9 +71,10 @@ BOUNDS_VERSION = 4
 DEPS_VERSION = 5
 #: 6: a plan's run item for a fire time whose run id a kept record already holds (a
 #: manual run stamped ahead, a run of the schedule before a past ``at`` was put) only
-#: raises the job's mark: the record covers it (core/heldids.py). A v1..v5 plan made
-#: such a run beside the record (two records, one id). Written only by a plan holding
-#: such an item, once every member lists ``runids``.
+#: raises the job's mark: the record covers it (core/heldids.py); and a ``resume``'s
+#: missed range starts after such fire times. A v1..v5 plan or resume made a record
+#: beside the one holding the id (two records, one id). Written only once every member
+#: lists ``runids``: by a plan holding such an item, and by every resume.
 HELD_IDS_VERSION = 6
 #: Versions this code applies (older ones with the semantics they were written with).
 COMMAND_VERSIONS = frozenset({1, 2, 3, 4, 5, 6})

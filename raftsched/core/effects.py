@@ -254,6 +254,14 @@ class MemberRemoved(NamedTuple):
     """The node."""
 
 
+class FireCovered(NamedTuple):
+    """A fire time was accounted for by the kept record that already holds its run id
+    (core/heldids.py): no second record, no run."""
+
+    run_id: str
+    """The id, and the record that holds it."""
+
+
 class Restored(NamedTuple):
     """This replica's state was replaced by a snapshot."""
 
@@ -262,13 +270,13 @@ class Restored(NamedTuple):
 EFFECTS: tuple[type[tuple[Any, ...]], ...] = (
     JobPut, JobRemoved, JobPaused, JobResumed, NodeJoined, NodeBack, HeartbeatSeen,
     LeaderChanged, NodeDraining, TransferAsked, RunCreated, RunAssigned, RunStarted, StopRun,
-    RunEnded, RangeMissed, ClaimRefused, PlanRejected, ClaimsReleased, NodeLost,
+    RunEnded, RangeMissed, FireCovered, ClaimRefused, PlanRejected, ClaimsReleased, NodeLost,
     NodeCertified, NotifyPending, NotifyDone, MembersChanged, MemberRemoved, Restored)
 
 Effect = (JobPut | JobRemoved | JobPaused | JobResumed | NodeJoined | NodeBack | HeartbeatSeen
           | LeaderChanged | NodeDraining | TransferAsked | RunCreated | RunAssigned | RunStarted
-          | StopRun | RunEnded | RangeMissed | ClaimRefused | PlanRejected | ClaimsReleased
-          | NodeLost | NodeCertified | NotifyPending | NotifyDone | MembersChanged
+          | StopRun | RunEnded | RangeMissed | FireCovered | ClaimRefused | PlanRejected
+          | ClaimsReleased | NodeLost | NodeCertified | NotifyPending | NotifyDone | MembersChanged
           | MemberRemoved | Restored)
 
 __all__ = [cls.__name__ for cls in EFFECTS] + ["EFFECTS", "Effect"]

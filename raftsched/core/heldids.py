@@ -8,9 +8,10 @@ later), and a put of a one-shot ``at`` already past, which lowers the mark to it
 instant (a run of the old schedule may hold that very id). If the job's schedule then
 fires at that instant, its run would take an id a kept record holds: two records, one
 id. Instead the fire time is *covered*: accounted for by the record that holds its id
-(the mark rises past it, no run is made). A plan that covers one is written as
-command version 6 (``HELD_IDS_VERSION``), only once every member lists ``runids``;
-before that the leader plans such a fire time as older releases did.
+(the mark rises past it, no run is made, ``FireCovered`` says so), and a missed range
+that would start on it starts after it. A plan that covers one, and a resume, are
+written as command version 6 (``HELD_IDS_VERSION``) only once every member lists
+``runids``; before that they are written, and applied, as older releases did.
 
 ``StateData.held_ahead`` is a filter, not state: job -> the latest instant a record of
 the job was made for above its mark (or after a put lowered the mark). A job absent
@@ -23,9 +24,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftsched.core.commands import RunFire
+from raftsched.core.effects import FireCovered
 from raftsched.core.model import run_id_of
+from raftsched.core.trigger import next_fire
 
 if TYPE_CHECKING:
+    from raftsched.core.commands import Plan
     from raftsched.core.records import JobRecord
     from raftsched.core.state import StateData
 
@@ -42,7 +47,9 @@ def note(st: StateData, rec: JobRecord, sched: int) -> None:
 
 
 def held(st: StateData, rec: JobRecord) -> frozenset[int]:
-    """The instants above ``rec``'s mark whose run id a kept record holds."""
+    """The instants above ``rec``'s mark whose run id a kept record holds. The leader
+    calls it under the state lock while it copies a plan's input (a read), and it may
+    drop the job's filter entry: derived data, the same answer on every replica."""
     top = st.held_ahead.get(rec.spec.id)
     if top is None:
         return NONE
@@ -62,4 +69,33 @@ def covers(st: StateData, rec: JobRecord, sched: int) -> bool:
                                     for r in st.history.get(rec.spec.id, ()))
 
 
-__all__ = ["NONE", "covers", "held", "note"]
+def covered_in(st: StateData, plan: Plan) -> set[tuple[str, int]]:
+    """The run items of a version 6 plan whose fire time a kept record holds, found
+    before any item applies (an earlier item's record could push the holder out of a
+    short history; what the leader meant to cover stays covered)."""
+    out: set[tuple[str, int]] = set()
+    for item in plan.fires:
+        if isinstance(item, RunFire):
+            rec = st.jobs.get(item.job)
+            if rec is not None and item.scheduled_ms > rec.hwm_ms \
+                    and covers(st, rec, item.scheduled_ms):
+                out.add((item.job, item.scheduled_ms))
+    return out
+
+
+def skip_held(st: StateData, rec: JobRecord, first: int, last: int,
+              count: int) -> tuple[int | None, int]:
+    """A missed range ``first..last`` of ``count`` fire times about to be recorded: its
+    leading fire times whose id a kept record holds are covered (an effect each), and
+    the range starts after them. Returns the new first (None: nothing left) and count."""
+    cur: int | None = first
+    while cur is not None and cur <= last and count > 0 and covers(st, rec, cur):
+        st.effects.append(FireCovered(run_id_of(rec.spec.id, cur)))
+        count -= 1
+        cur = next_fire(rec.spec.schedule, cur)
+    if cur is None or cur > last or count <= 0:
+        return None, 0
+    return cur, count
+
+
+__all__ = ["NONE", "covered_in", "covers", "held", "note", "skip_held"]

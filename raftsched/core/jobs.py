@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import backfill, conc, deps, runs
-from raftsched.core.cmdbase import BOUNDS_VERSION, DEPS_VERSION
+from raftsched.core import backfill, conc, deps, heldids, runs
+from raftsched.core.cmdbase import BOUNDS_VERSION, DEPS_VERSION, HELD_IDS_VERSION
 from raftsched.core.commands import (
     PAST_AT_VERSION,
     DeleteJob,
@@ -211,9 +211,12 @@ def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
         if not catch_up:
             first = next_fire(rec.spec.schedule, rec.hwm_ms)
             if first is not None and first <= at and count > 0:
-                last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at)
-                runs.record_miss(st, rec, first, last or first, count, RunState.missed,
-                                   MissReason.paused.value, at)
+                last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at) or first
+                if cmd.v >= HELD_IDS_VERSION:  # not a record beside one holding its id
+                    first, count = heldids.skip_held(st, rec, first, last, count)
+                if first is not None:
+                    runs.record_miss(st, rec, first, last, count, RunState.missed,
+                                     MissReason.paused.value, at)
             rec.hwm_ms = max(rec.hwm_ms, at)
         st.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
         st.effects.append(JobResumed(rec.spec.id, catch_up))

@@ -12,13 +12,15 @@ is planned as older releases did, and a plan of an older version is applied as w
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from typing import Any
 
 from raftsched.core.cmdbase import COMMAND_VERSION, FEATURES, HELD_IDS_VERSION, PAST_AT_VERSION
 from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.core.commands import Plan, RunFire
 from raftsched.core.durations import format_timestamp
-from raftsched.core.effects import PlanRejected, RunCreated
+from raftsched.core.effects import FireCovered, PlanRejected, RunCreated
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import run_id_of
@@ -36,8 +38,9 @@ def _apply(st: ClusterState, cmd: Any) -> dict[str, Any]:
     return reply
 
 
-def _cluster(*, features: tuple[str, ...] | None = FEATURES) -> ClusterState:
-    st = ClusterState(history_limit=20)
+def _cluster(*, features: tuple[str, ...] | None = FEATURES,
+             history_limit: int = 20) -> ClusterState:
+    st = ClusterState(history_limit=history_limit)
     _apply(st, {"op": "leader", "at": T0, "node": "n1", "term": 1})
     for node in ("n1", "n2"):
         _apply(st, {"op": "heartbeat", "at": T0, "node": node, "boot": 1, "slots": 2,
@@ -92,6 +95,7 @@ def test_a_fire_time_never_reuses_the_id_of_a_manual_run_stamped_ahead() -> None
     effects = st.take_effects()
     # 1..4 s coalesce into one missed range (policy once); 5 s is the manual run's.
     assert not [e for e in effects if isinstance(e, (RunCreated, PlanRejected))], effects
+    assert [e for e in effects if isinstance(e, FireCovered)] == [FireCovered(ahead)]
     assert st.jobs["j1"].hwm_ms == T0 + 5 * S  # the fire time is accounted for
     assert [r.manual for r in st.history["j1"] if r.run_id == ahead] == [True]
     ids = _ids(st)
@@ -167,11 +171,67 @@ def test_a_past_at_put_over_a_run_of_the_old_schedule_is_covered_by_that_run() -
 
 
 def test_until_every_member_lists_runids_the_plan_is_written_as_before() -> None:
-    """A rolling upgrade: an older member would stop on a version 6 plan."""
+    """A rolling upgrade: an older member would stop on a version 6 plan, so the plan is
+    written and applied as that release did (it makes the second record)."""
     st = _cluster(features=tuple(f for f in FEATURES if f != "runids"))
-    _stamped_ahead(st)
+    ahead = _stamped_ahead(st)
     cmd = _plan(st, T0 + 5 * S)
     assert cmd is not None and cmd.v == COMMAND_VERSION
+    st.take_effects()
+    _apply(st, cmd)
+    assert ahead in [e.run_id for e in st.take_effects() if isinstance(e, RunCreated)]
+
+
+def _paused_over_a_missed_range(st: ClusterState) -> str:
+    """Paused, then a one-shot put on the ms of the old schedule's missed range (no
+    clock ahead): resuming without catch-up records the paused fire times from there."""
+    _put(st, {"every": "1s"})
+    cmd = _plan(st, T0 + 3 * S)  # 1..2 s coalesce into a missed range, 3 s runs
+    assert cmd is not None
+    _apply(st, cmd)
+    _apply(st, {"op": "pause", "at": T0 + 3 * S, "job": "j1"})
+    _put(st, {"at": format_timestamp(T0 + S)}, at=T0 + 3 * S)
+    return run_id_of("j1", T0 + S)
+
+
+def test_a_resume_covers_a_paused_fire_time_whose_id_a_kept_record_holds() -> None:
+    st = _cluster()
+    held = _paused_over_a_missed_range(st)
+    st.take_effects()
+    _apply(st, {"op": "resume", "at": T0 + 4 * S, "job": "j1", "catch_up": False,
+                "missed": 1, "v": HELD_IDS_VERSION})
+    assert [e for e in st.take_effects() if isinstance(e, FireCovered)] == [FireCovered(held)]
+    assert [r.run_id for r in st.history["j1"]].count(held) == 1
+    assert st.jobs["j1"].hwm_ms == T0 + 4 * S
+
+
+def test_an_older_resume_is_applied_as_it_was_written() -> None:
+    st = _cluster()
+    held = _paused_over_a_missed_range(st)
+    _apply(st, {"op": "resume", "at": T0 + 4 * S, "job": "j1", "catch_up": False,
+                "missed": 1, "v": COMMAND_VERSION})
+    assert [r.run_id for r in st.history["j1"]].count(held) == 2
+
+
+def test_what_the_leader_covers_stays_covered_when_the_plan_evicts_the_holder() -> None:
+    """History of one: the plan's own missed range (1..4 s) pushes the manual run out of
+    the history before the covered item applies. The item is still covered (found
+    before any item applies), on a live replica and on one restored from a snapshot
+    alike, byte for byte."""
+    st = _cluster(history_limit=1)
+    ahead = _stamped_ahead(st)
+    back = decode_state(encode_state(st))
+    assert back.held_ahead == st.held_ahead
+    cmd = _plan(st, T0 + 5 * S)
+    assert cmd is not None and cmd.v == HELD_IDS_VERSION
+    for replica in (st, back):
+        replica.take_effects()
+        _apply(replica, cmd)
+        effects = replica.take_effects()
+        assert FireCovered(ahead) in effects
+        assert not [e for e in effects if isinstance(e, RunCreated)]
+        assert ahead not in replica.runs
+    assert encode_state(st) == encode_state(back)
 
 
 def test_an_older_plan_is_applied_as_it_was_written() -> None:
@@ -200,3 +260,42 @@ def _stamped_ahead_state() -> ClusterState:
     st = _cluster()
     _stamped_ahead(st)
     return st
+
+
+class _Writes:
+    """The node's client writes over a plain state: what it submits, applied."""
+
+    def __init__(self, st: ClusterState) -> None:
+        self.st = st
+        self.sent: list[Any] = []
+
+    async def submit(self, cmd: Any, rid: Any = None) -> dict[str, Any]:
+        cmd = replace(cmd, at=T0 + 4 * S).written()
+        self.sent.append(cmd)
+        return self.st.apply(cmd)
+
+
+def _resume_through_the_node(st: ClusterState) -> Any:
+    from raftsched.node.config.config import Limits
+    from raftsched.node.service.jobops import JobOps
+    from tests.unit.test_read_chunks import _Caught, _Replica
+
+    writes = _Writes(st)
+    ops = JobOps(raft=_Replica(st), writes=writes, reads=_Caught(),  # type: ignore[arg-type]
+                 limits=Limits(), allowed_call_prefixes=lambda: None)
+    asyncio.run(ops.resume({"id": "j1"}))
+    (cmd,) = writes.sent
+    return cmd
+
+
+def test_a_node_writes_resume_as_version_6_once_every_member_lists_runids() -> None:
+    st = _cluster()
+    held = _paused_over_a_missed_range(st)
+    assert _resume_through_the_node(st).v == HELD_IDS_VERSION
+    assert [r.run_id for r in st.history["j1"]].count(held) == 1
+
+
+def test_a_node_writes_resume_as_before_while_a_member_does_not_list_runids() -> None:
+    st = _cluster(features=tuple(f for f in FEATURES if f != "runids"))
+    _paused_over_a_missed_range(st)
+    assert _resume_through_the_node(st).v == COMMAND_VERSION

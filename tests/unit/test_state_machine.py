@@ -4,6 +4,7 @@ releases, restarts, restores) and checking the claim invariants after every step
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,11 +18,18 @@ from hypothesis.stateful import (
     rule,
 )
 
-from raftsched.core.cmdbase import FEATURES
+from raftsched.core.cmdbase import FEATURES, HELD_IDS_VERSION
 from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.core.commands import FINISH_OUTCOMES as _FINISH_OUTCOMES
 from raftsched.core.commands import Plan
-from raftsched.core.effects import ClaimRefused, JobRemoved, PlanRejected, RunAssigned, RunCreated
+from raftsched.core.effects import (
+    ClaimRefused,
+    JobRemoved,
+    PlanRejected,
+    RangeMissed,
+    RunAssigned,
+    RunCreated,
+)
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import job_of_run
@@ -71,7 +79,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         st = self.st
         st.take_effects()
         before = state_bytes(st)
-        history_ids = {j: {h.run_id for h in hist} for j, hist in st.history.items()}
+        history_ids = {j: Counter(h.run_id for h in hist) for j, hist in st.history.items()}
         live_ids = set(st.runs)
         reply = st.apply_map(cmd)
         self.log.append(cmd)
@@ -103,6 +111,15 @@ class SchedulerMachine(RuleBasedStateMachine):
                 if isinstance(cmd, Plan):
                     assert run_id not in self.created[job], ("created twice", run_id, cmd)
                     self.created[job].add(run_id)
+            elif isinstance(effect, RangeMissed):
+                # (a) also for a range's record: a new one never takes a kept id (a
+                # range that grew keeps its own record).
+                run_id = effect.run_id
+                job = job_of_run(run_id)
+                before_n = history_ids.get(job, Counter())[run_id]
+                after_n = sum(h.run_id == run_id for h in st.history.get(job, ()))
+                assert not (before_n and after_n > before_n), ("range id kept", run_id, cmd)
+                assert run_id not in live_ids, ("range id of a live run", run_id, cmd)
             elif isinstance(effect, JobRemoved):
                 self.created[effect.job_id] = set()
                 self.marks.pop(effect.job_id, None)
@@ -177,8 +194,9 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @rule(job=st.sampled_from(JOBS), catch_up=st.booleans(), missed=st.integers(0, 5))
     def resume(self, job: str, catch_up: bool, missed: int) -> None:
+        # As a node writes it once every member lists ``runids``.
         self.apply({"op": "resume", "at": self.now, "job": job, "catch_up": catch_up,
-                    "missed": missed})
+                    "missed": missed, "v": HELD_IDS_VERSION})
 
     @rule(job=st.sampled_from(JOBS), force=st.booleans(),
           offset=st.sampled_from([0, 1000, 2000, 5000]) | st.integers(0, 3000))

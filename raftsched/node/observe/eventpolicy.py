@@ -13,6 +13,7 @@ from raftsched.core.effects import (
     ClaimRefused,
     ClaimsReleased,
     Effect,
+    FireCovered,
     JobPaused,
     JobPut,
     JobRemoved,
@@ -57,6 +58,9 @@ def emit_for(eff: Effect, *, me: str, leads: bool) -> None:
         case RangeMissed(run_id, state, reason, first, last, count) if leads:
             events.emit(f"run.{state}", node=me, run_id=run_id, outcome=state,
                         reason=reason, first_ms=first, last_ms=last, count=count)
+        case FireCovered(run_id) if leads:
+            events.emit("run.covered", node=me, run_id=run_id,
+                        reason="a kept record holds its run id")
         case ClaimsReleased(node, runs, reason) if leads:
             events.emit("claim.released", node=me, lost_node=node, runs=runs,
                         reason=reason)

@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from raftsched.core import members, queries
+from raftsched.core.cmdbase import HELD_IDS_VERSION, RUN_IDS_FEATURE
 from raftsched.core.codec import packb
 from raftsched.core.commands import (
     COMMAND_VERSION,
@@ -288,8 +289,12 @@ class JobOps:
         if paused is not None:
             # The count is informational (the record says how many were skipped).
             missed = count_fires(paused[0], paused[1], now_ms())
+        # Version 6 (a missed range never starts on a fire time whose run id a kept
+        # record holds) once every member applies it.
+        v6 = self.raft.read(partial(members.all_have, feature=RUN_IDS_FEATURE))
+        v = HELD_IDS_VERSION if v6 else COMMAND_VERSION
         reply = await self.writes.submit(Resume(job=job_id, catch_up=catch_up, missed=missed,
-                                                at=0), args.get("rid"))
+                                                at=0, v=v), args.get("rid"))
         return {"job": reply["job"], "version": reply["version"], "paused": False,
                 "skipped_fire_times": 0 if catch_up else missed}
 
