@@ -1,14 +1,12 @@
 """The leader's loop: the thin, clocked shell around the pure :func:`leader.plan`.
 
 Only a node that Raft made leader plans, and only after it committed a ``leader``
-record for its term (so plans of an older term are refused by the state). It
-watches liveness: a dropped Raft connection releases the node's assigned-but-not-
-started runs at once (safe: a start needs the current fence); a disconnected node is
-declared lost once its lease has provably ended (:mod:`raftsched.core.lease`, ~2/3 of
-the node timeout after its newest heartbeat), any other node after the node timeout
-of silence; its started runs then follow ``on_node_lost``.
-The loop sleeps until the next due time (minus the lookahead) or until an applied
-command wakes it; it never polls the job table.
+record for its term (so plans of an older term are refused by the state). Each tick
+it hands leadership over if asked or draining (:mod:`~raftsched.node.leader.handover`),
+watches its peers' liveness and releases a lost node's claims
+(:mod:`~raftsched.node.leader.peers`), and plans. The loop sleeps until the next
+due time (minus the lookahead) or until an applied command wakes it; it never polls
+the job table.
 
 Plans are bounded (``core/leader.py``), so a busy second is many plans: up to
 ``MAX_PLANS_IN_FLIGHT`` are committed at once, kept in a :class:`~raftsched.node.leader.plans.
@@ -18,16 +16,13 @@ PlanBook` so that nothing is planned twice (see :mod:`raftsched.node.leader.plan
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from raftsched.core import lease, members, queries, ticks
-from raftsched.core.cmdbase import LEASE_FEATURE
+from raftsched.core import queries, ticks
 from raftsched.core.commands import (
     PAST_AT_VERSION,
     Command,
@@ -36,8 +31,6 @@ from raftsched.core.commands import (
     Member,
     Plan,
     Read,
-    Release,
-    ReleaseScope,
     RunFire,
 )
 from raftsched.core.errors import NotReady, RaftschedError
@@ -55,6 +48,13 @@ from raftsched.node.config.addressbook import AddressBook
 from raftsched.node.leader.admission import Admission, AdmissionStatistics
 from raftsched.node.leader.contact import ContactWatch
 from raftsched.node.leader.early import EarlyPlanning
+from raftsched.node.leader.handover import Handover
+from raftsched.node.leader.peers import (
+    DISCONNECT_GRACE_S,
+    FOLLOWER_S,
+    LeaderMetrics,
+    PeerLiveness,
+)
 from raftsched.node.leader.plans import MAX_PLANS_IN_FLIGHT, PlanBook
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
@@ -66,14 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftsched.leader")
 
 
-class LeaderMetrics(Protocol):
-    """The figures the leader loop counts (the node's ``Metrics``)."""
-
-    def commit_latency(self, seconds: float) -> None: ...
-
-    def claims_released(self, n: int) -> None: ...
-
-
 def seed_command(cfg: ClusterConfig, at: int) -> Member:
     """The command the first leader commits when the state has no members yet (the
     members of the config file ``cfg``)."""
@@ -82,8 +74,6 @@ def seed_command(cfg: ClusterConfig, at: int) -> Member:
 
 
 
-#: A Raft connection down this long releases the node's not-yet-started claims.
-DISCONNECT_GRACE_S = 0.05
 #: Liveness is checked at least this often while leading and a run is active (a
 #: claim a lost node holds is released within this of its verdict).
 HOUSEKEEPING_S = 0.05
@@ -93,27 +83,16 @@ HOUSEKEEPING_S = 0.05
 #: woke 20 times a second for nothing (issue 31: an idle cluster costs ~nothing); at
 #: 1 s, on the grid of the node's other idle timers (core/ticks.py), it wakes with them.
 QUIET_HOUSEKEEPING_S = 1.0
-#: A follower's loop sleeps this long between looks: the node's role change wakes it
-#: (Node passes it to RaftNode's ``on_state_changed``), so this only bounds a missed
-#: wake. At HOUSEKEEPING_S an idle follower woke 20 times a second for nothing.
-FOLLOWER_S = 1.0
 #: A due job the last plan could not place is looked at again after this long (or
 #: when an applied command wakes the loop), not in a busy loop.
 STALL_S = 0.02
-#: The leader re-commits its record (with observed clock skews) this often.
-LEADER_RECORD_S = 5.0
 COMMIT_TIMEOUT_S = 3.0
-#: A sleep of PAUSE_TICK_S that takes PAUSE_S longer means this process was paused.
-PAUSE_TICK_S = 0.2
-PAUSE_S = 0.3
 #: Finished one-shot jobs past their retention: how often to look, how many per look.
 DONE_SCAN_S = 5.0
 DONE_BATCH = 50
-#: An operator's transfer that did not move within its 2 s is tried this many times.
-ASKED_TRANSFER_TRIES = 3
 
 
-class LeaderLoop:
+class LeaderLoop(PeerLiveness, Handover):
     """See the module docstring. Runs on the node's event loop.
 
     :param raft: the replica: read for plans and liveness, and the leader's commands
@@ -198,33 +177,6 @@ class LeaderLoop:
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
-
-    def saw_heartbeat(self, node_id: str, at_ms: int) -> None:
-        mono = self.clock.monotonic()
-        prev = self.last_seen.get(node_id)
-        expected = self._next_beat_s.get(node_id)
-        if prev is not None and expected is not None and self.active:
-            # Heartbeats landing later than their period: a self-fence is near.
-            self.admission.observe(heartbeat_late_s=mono - prev - expected)
-        self.last_seen[node_id] = mono
-        self.last_hb[node_id] = at_ms
-        self.lost.discard(node_id)
-        # The sender's clock minus ours, give or take one commit (~1 ms on loopback).
-        self.skew[node_id] = at_ms - self.clock.now_ms()
-        if not self.active:
-            return
-        held, dead = self.raft.read(partial(queries.node_beat, node_id))
-        # A node holding no run heartbeats at the idle period until a run is assigned
-        # to it; then at once at the busy one (core.lease.idle_heartbeat_ms). Its claim
-        # is committed before its next heartbeat, so the node knows it by then.
-        # (Once idle nodes' contact counts, their heartbeats are rare refreshes.)
-        timing = self.cfg.timing
-        idle_ms = (lease.contact_heartbeat_ms(timing.node_timeout_ms)
-                   if self.contact.enabled(mono) else
-                   lease.idle_heartbeat_ms(timing.node_timeout_ms, timing.heartbeat_ms))
-        self._next_beat_s[node_id] = (timing.heartbeat_ms if held else idle_ms) / 1000
-        if dead:
-            self._wake.set()
 
     async def _sleep(self, seconds: float, *, coalesce: bool = False) -> None:
         """Until woken, or ``seconds``; ``coalesce``: a bound only, so it ends on the
@@ -386,202 +338,6 @@ class LeaderLoop:
         """This term's admission control, or None when not leading."""
         return self.admission.statistics() if self.active else None
 
-    def request_transfer(self, to: str | None, term: int) -> None:
-        """An operator asked the leader of ``term`` to hand leadership to node ``to`` (or
-        anywhere). Kept even before this loop is active: the request can apply right
-        after our leadership record, before the loop has seen that record commit (on a
-        loaded machine a request dropped there was never carried out, yet answered)."""
-        self._transfer_to = (to, term)
-        self._wake.set()
-
-    async def transfer(self, to: str | None = None, wait_s: float = 2.0) -> bool:
-        """Hand leadership to node ``to`` (or the most caught-up peer) and wait until
-        another node leads (``to`` if given); True if it did within ``wait_s``.
-
-        pysyncobj's TimeoutNow is refused while the target lags, and the target's
-        election fails when a newer entry reached us meanwhile (we may then win again):
-        both are retried until the deadline."""
-        raft = self.raft
-        if not any(n != self.node_id for n in self.raft_to_id.values()):
-            return False  # alone: no one to hand over to (and no hold on our commands)
-        target = self.raft_to_id.raft_of(to) \
-            if to is not None else None
-        t0 = self.clock.monotonic()
-        deadline = t0 + wait_s
-        moved = False
-        while self.clock.monotonic() < deadline:
-            if raft.leader_term() is not None:
-                try:
-                    sent = await asyncio.wait_for(asyncio.wrap_future(
-                        raft.transfer_leadership(target)), 1.0)
-                except Exception:  # noqa: BLE001 - a timeout or a bug: retried below
-                    sent = False
-                step = self.clock.monotonic() + (0.3 if sent else 0.02)
-                while (self.clock.monotonic() < min(step, deadline)
-                       and raft.leader_term() is not None):
-                    await asyncio.sleep(0.005)
-                continue
-            leader = raft.leader_addr()
-            if leader is not None and leader != raft.self_addr and target in (None, leader):
-                moved = True
-                break
-            await asyncio.sleep(0.005)
-        events.emit("leader.transferred" if moved else "leader.transfer_failed",
-                    node=self.node_id, to=self.raft_to_id.get(raft.leader_addr() or ""),
-                    term=self.term, seconds=round(self.clock.monotonic() - t0, 3),
-                    level=logging.INFO if moved else logging.WARNING)
-        return moved
-
-    async def _hand_over_if_draining(self) -> None:
-        """A draining leader, or one asked to, hands leadership away (once a second at
-        most when it does not move)."""
-        asked, self._transfer_to = self._transfer_to, None
-        if asked is not None and asked[1] != self.term:
-            asked = None  # asked of another term's leader (ours or another node's)
-        me = self.node_id
-
-        def must_hand_over(st: ClusterState) -> bool:
-            # Only to a node that takes work: with every node draining (`local` stopping
-            # the whole cluster) leadership would go round, an election a second, while
-            # the finishes the drain waits for need a leader.
-            return (me in st.nodes and st.nodes[me].draining
-                    and any(n != me and rec.alive and not rec.draining
-                            and not members.is_removed(st, n)
-                            for n, rec in st.nodes.items()))
-
-        draining = self.raft.read(must_hand_over)
-        if asked is None and not draining:
-            return
-        if asked is None and self.clock.monotonic() - self._last_transfer < 1.0:
-            return
-        self._last_transfer = self.clock.monotonic()
-        moved = await self.transfer(asked[0] if asked is not None else None)
-        if asked is not None and not moved and self._transfer_to is None:
-            # The operator was answered: try again (a lagging target refuses TimeoutNow),
-            # a bounded number of times so a target that cannot lead is given up on.
-            self._asked_tries += 1
-            if self._asked_tries < ASKED_TRANSFER_TRIES:
-                self._transfer_to = asked
-                return
-        self._asked_tries = 0
-
-    async def _watch_pauses(self) -> None:
-        """Notice when this process did not run (SIGSTOP, a frozen VM, a stalled loop)."""
-        while not self._stopping:
-            before = self.clock.monotonic()
-            # Only a leader's timers take a pause out (a pause noted before its term
-            # began is dropped: _paused), and only where a claim is held or a peer cut
-            # off (a pause shorter than a tick may go unseen: a live node's silence then
-            # looks that much longer): elsewhere it looks once a second, not five times.
-            tick = PAUSE_TICK_S if self.active and not self.quiet else \
-                ticks.coalesced(before, FOLLOWER_S)
-            await asyncio.sleep(tick)
-            gap = self.clock.monotonic() - before - tick
-            if gap > PAUSE_S:
-                self.note_pause(gap)
-
-    def note_pause(self, gap_s: float) -> None:
-        """This process did not run for ``gap_s`` seconds, until now (seen by the pause
-        watcher): the next liveness check takes that time out of every peer's silence."""
-        self.paused_until = self.clock.monotonic()
-        self._pause_credit += gap_s
-        log.warning("this node did not run for %.1fs", gap_s)
-
-    def _paused(self, mono: float) -> None:
-        """While we did not run, the other nodes' silence was our deafness, not evidence
-        that they are gone: each silence (and disconnection, and our own term's start)
-        is moved on by the time we did not run, never past now. Only that time: the
-        silence before it still counts. (Restarting every timer from the end of the
-        pause would let a loaded leader whose loop stalls every few seconds postpone a
-        dead node's release without end: docs/architecture.md.)"""
-        if self.paused_until <= self.last_tick:
-            # A pause before our timers' baseline (e.g. before this term began) is in
-            # none of them: its credit must not move a later silence on.
-            self._pause_credit = 0.0
-            self.last_tick = mono
-            return
-        self.last_tick = mono
-        credit, self._pause_credit = self._pause_credit, 0.0
-        self.since_mono = min(mono, self.since_mono + credit)
-        for node_id, seen in self.last_seen.items():
-            self.last_seen[node_id] = min(mono, seen + credit)
-        for node_id, since in self.disc_since.items():
-            self.disc_since[node_id] = min(mono, since + credit)
-
-    async def _liveness(self) -> None:
-        mono = self.clock.monotonic()
-        self._paused(mono)
-        connected = self.raft.connected_peers()
-        timeout_ms = self.cfg.timing.node_timeout_ms
-        timeout = timeout_ms / 1000
-        lease_wait = lease.release_after_ms(timeout_ms) / 1000
-        releases: list[Release] = []
-        alive = self.raft.read(queries.alive_nodes)
-        # An idle follower answering our appends lives (contact.py): only ever later.
-        for node_id, at in self.contact.seen(mono, (
-                n for n in alive if n != self.node_id and n not in self.lost)).items():
-            if at > self.last_seen.get(node_id, 0.0):
-                self.last_seen[node_id] = at
-        # (Each release is checked again when it applies: the view may be stale.)
-        for node_id in alive:
-            if node_id == self.node_id:
-                continue
-            addr = self.raft_to_id.raft_of(node_id)
-            conn = connected.get(addr, True) if addr is not None else True
-            if conn:
-                self.disc_since.pop(node_id, None)
-                self.released_assigned.discard(node_id)
-            else:
-                self.disc_since.setdefault(node_id, mono)
-            last = max(self.last_seen.get(node_id, 0.0), self.since_mono)
-            verdict = lease.release_verdict(
-                silent_s=mono - last, connected=conn,
-                disconnected_s=mono - self.disc_since.get(node_id, mono),
-                disconnect_grace_s=DISCONNECT_GRACE_S,
-                timeout_s=timeout, lease_wait_s=lease_wait, lost=node_id in self.lost,
-                assigned_released=node_id in self.released_assigned,
-                holds_assigned=functools.partial(self.raft.read,
-                                                 functools.partial(_holds_assigned, node_id)),
-                lease_known=functools.partial(self._lease_known, node_id))
-            if verdict == "silent":
-                self.lost.add(node_id)
-                releases.append(Release(node=node_id, scope=ReleaseScope.all,
-                                        reason=f"silent for {mono - last:.1f}s",
-                                        term=self.term, leader=self.node_id, at=0))
-            elif verdict == "lease":
-                self.lost.add(node_id)
-                releases.append(Release(node=node_id, scope=ReleaseScope.all,
-                                        reason=f"disconnected, lease over ({mono - last:.1f}s)",
-                                        term=self.term, leader=self.node_id, at=0,
-                                        hb=self.last_hb[node_id]))
-            elif verdict == "assigned":
-                self.released_assigned.add(node_id)
-                releases.append(Release(node=node_id, scope=ReleaseScope.assigned,
-                                        reason="disconnected", term=self.term,
-                                        leader=self.node_id, at=0))
-        for cmd in releases:
-            reply = await self._commit(replace(cmd, at=self.clock.now_ms()))
-            if reply is None or not reply.get("ok"):
-                # Not committed, or refused (a newer heartbeat, another term): look again.
-                self.lost.discard(cmd.node)
-                self.released_assigned.discard(cmd.node)
-            elif self.metrics is not None and reply.get("ok"):
-                self.metrics.claims_released(len(reply.get("released", [])))
-        if mono - self.last_record > LEADER_RECORD_S and self.skew != self._recorded_skew:
-            # Only what moved: an idle cluster's heartbeats are rare (contact.py), and an
-            # unchanged record was an entry every node synced every 5 s for nothing.
-            self.last_record = mono
-            self._recorded_skew = dict(self.skew)
-            await self._commit(LeaderRecord(node=self.node_id, term=self.term or 0,
-                                            at=self.clock.now_ms(), skew=dict(self.skew)))
-
-    def _lease_known(self, node_id: str) -> bool:
-        """May ``node_id`` be released by its lease? Only when we know the heartbeat its
-        lease counts from, and every member applies a lease release's condition (an
-        older one would apply it unconditionally and its state could part)."""
-        return (node_id in self.last_hb
-                and not self.missing_feature(LEASE_FEATURE))
-
     def _capacities(self, st: ClusterState, connected: dict[str, bool]) -> tuple[Capacity, ...]:
         """The nodes that may take work (call under the state lock: via read()): not
         lost, and not another node whose Raft connection to this leader is down."""
@@ -683,7 +439,3 @@ def _runs_in(cmd: Plan | None) -> int:
         return 0
     return len(cmd.place) + sum(1 for f in cmd.fires if isinstance(f, RunFire))
 
-
-def _holds_assigned(node_id: str, st: ClusterState) -> bool:
-    """Does ``node_id`` hold a run it has not started yet?"""
-    return any(st.runs[r].state == "assigned" for r in st.by_node.get(node_id, ()))
