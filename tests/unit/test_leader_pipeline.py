@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from raftsched.core import leader as core_leader
+from raftsched.core import planinput
 from raftsched.core.commands import Place, Plan, RunFire
 from raftsched.core.errors import NotReady
 from raftsched.core.machine import ClusterState
@@ -37,6 +38,15 @@ pytestmark = pytest.mark.timeout(120)
 S = 1000
 T0 = 20_000 * 86_400 * S  # a round epoch ms (midnight UTC)
 LOOKAHEAD = 250
+
+
+
+def _bound_plans(monkeypatch: pytest.MonkeyPatch, cap: int) -> None:
+    """Plans of at most ``cap`` jobs and runs: the copy (planinput) reads that many,
+    the planner (leader) makes that many."""
+    for mod in (core_leader, planinput):
+        monkeypatch.setattr(mod, "MAX_JOBS_PER_PLAN", cap)
+        monkeypatch.setattr(mod, "MAX_RUNS_PER_PLAN", cap)
 
 
 class FakeRaft:
@@ -249,8 +259,7 @@ def test_a_failed_plan_stays_left_out_until_a_later_command_commits(
     leadership): its jobs are planned again only once a command submitted after it has
     committed (Raft applies in order, so by then its fate is known), and nothing is
     planned twice either way."""
-    monkeypatch.setattr(core_leader, "MAX_JOBS_PER_PLAN", 10)
-    monkeypatch.setattr(core_leader, "MAX_RUNS_PER_PLAN", 10)
+    _bound_plans(monkeypatch, 10)
     jobs = [(f"j{i:02d}", {"every": "10s"}) for i in range(40)]
     h = Harness(cluster(jobs, slots=100))
     h.clock.step_wall(T0 + 10 * S - LOOKAHEAD - h.clock.now_ms())
@@ -320,8 +329,7 @@ def test_pipelined_bounded_plans_never_plan_a_fire_twice_or_lose_one(
     from a copy that misses a plan which may still commit), no node gets more runs than
     its slots (the plans in flight count in its load), and in the end every fire time
     up to now has exactly one run or missed record."""
-    monkeypatch.setattr(core_leader, "MAX_JOBS_PER_PLAN", cap)
-    monkeypatch.setattr(core_leader, "MAX_RUNS_PER_PLAN", cap)
+    _bound_plans(monkeypatch, cap)
     monkeypatch.setattr(leaderloop, "MAX_PLANS_IN_FLIGHT", flying)
     jobs = [(f"j{i:02d}", {"every": everies[i % len(everies)]}) for i in range(n_jobs)]
     h = Harness(cluster(jobs, slots=slots))
