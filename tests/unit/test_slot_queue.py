@@ -19,7 +19,7 @@ from raftsched.core.commands import Finish, Start
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import RunState
 from raftsched.node.observe.clock import FakeClock
-from raftsched.node.worker import worker as worker_mod
+from raftsched.node.worker import launch as launch_mod
 from raftsched.node.worker.localrun import Phase
 from raftsched.node.worker.runtypes import ExecutionResult
 from raftsched.node.worker.worker import WorkerPool
@@ -63,7 +63,7 @@ class _Execution:
 @pytest.fixture(autouse=True)
 def _executions(monkeypatch: pytest.MonkeyPatch) -> None:
     _Execution.begun = []
-    monkeypatch.setattr(worker_mod, "Execution", _Execution)
+    monkeypatch.setattr(launch_mod, "Execution", _Execution)  # where runs begin
 
 
 def _instant(n: int, ahead_ms: int, grace: str = "60s") -> tuple[ClusterState, int, list[str]]:
