@@ -36,7 +36,6 @@ from pysyncobj import (
     replicated,
 )
 
-from raftsched.core import lease
 from raftsched.core.codec import encode_command, encode_state
 from raftsched.core.commands import Command
 from raftsched.core.effects import Effect
@@ -47,12 +46,12 @@ from raftsched.node.replica.compat import derive_key, install, raft_now
 from raftsched.node.replica.durable import (
     DEFAULT_DURABILITY,
     DURABILITY_MODES,
-    SyncStats,
     install_durable_snapshots,
 )
 from raftsched.node.replica.procs import die_with_parent
 from raftsched.node.replica.raftkeys import RaftKeyring
 from raftsched.node.replica.raftsync import RaftSyncObj
+from raftsched.node.replica.raftview import RaftView
 from raftsched.node.replica.replica import Replica
 
 log = logging.getLogger("raftsched.raft")
@@ -161,7 +160,7 @@ def _op_of(cmd: Command | dict[str, Any]) -> Any:
     return cmd.OP if isinstance(cmd, Command) else cmd.get("op")
 
 
-class RaftNode:
+class RaftNode(RaftView):
     """A node's replica of the cluster state and its door to the log: pysyncobj, the
     submit side and the node's view of Raft (roles, terms, peers), around the
     :class:`~raftsched.node.replica.replica.Replica` that applies and serves reads.
@@ -357,10 +356,7 @@ class RaftNode:
     def pending(self) -> int:
         return self._pending
 
-    # ---------------------------------------------------------------- views
-
-    def is_leader(self) -> bool:
-        return bool(self.sync._isLeader())
+    # ---------------------------------------------------------------- leadership, membership
 
     def transfer_leadership(self, target: str | None = None) -> Future[bool]:
         """Ask pysyncobj to hand leadership to ``target`` (a Raft address) or, if None,
@@ -403,85 +399,6 @@ class RaftNode:
             except Exception:  # noqa: BLE001 - never let one action stop the Raft thread
                 log.exception("raft tick action failed")
 
-    def leader_term(self) -> int | None:
-        """The term this node leads, or None. Leader-only commands carry it: the state
-        machine refuses them unless the log entry is of that same term."""
-        return self._lead_term
-
-    def leader_addr(self) -> str | None:
-        leader = self.sync._getLeader()
-        return None if leader is None else str(getattr(leader, "address", leader))
-
-    def term(self) -> int:
-        return int(self.sync.raftCurrentTerm)
-
-    def connected_peers(self) -> dict[str, bool]:
-        """Raft address -> is the TCP connection to it up (a SIGKILL shows in ~5 ms)."""
-        return {str(node.address): bool(self.sync.isNodeConnected(node))
-                for node in self.sync.otherNodes}
-
-    def contact_ages(self) -> dict[str, float]:
-        """Leading: Raft address -> seconds since that follower last answered an append
-        (its Raft thread lives and hears us); empty when not leading. Read from another
-        thread: pysyncobj changes the dict only as members change."""
-        s = self.sync
-        if not s._isLeader():
-            return {}
-        now = raft_now()
-        try:
-            answered = list(s._SyncObj__lastResponseTime.items())
-        except RuntimeError:  # a membership change resized it meanwhile: next time
-            return {}
-        return {str(getattr(node, "address", node)): max(0.0, now - at)
-                for node, at in answered}
-
-    def quorum_contact_age(self) -> float | None:
-        """Seconds since this node last knew a leader in contact with a quorum: leading,
-        since a majority (itself included) last answered it; following, since its
-        leader's last append (a leader out of a quorum's contact steps down within the
-        leader fallback timeout). None with no leader known."""
-        s = self.sync
-        if s._isLeader():
-            # The voting members only (not a read-only node's or a removed one's stamp).
-            voters = {str(getattr(node, "address", node)) for node in s.otherNodes}
-            return lease.majority_contact_age(
-                [age for addr, age in self.contact_ages().items() if addr in voters],
-                len(voters) + 1)
-        seen = s._rs_leader_seen
-        if s._getLeader() is None or not seen:
-            return None
-        return max(0.0, raft_now() - seen)
-
-    def take_tick_gap(self) -> float:
-        """The longest gap between two Raft ticks since the last call (seconds)."""
-        gap, self._tick_gap = self._tick_gap, 0.0
-        return max(gap, time.monotonic() - self._last_tick)
-
-    def stalls(self) -> tuple[float, float, int]:
-        """(this node's longest Raft-thread stall of the last 30 s, the longest its leader
-        reported, how many of that leader's silences it waited out past the election
-        timeout): see raftsched.node.replica.stalls. Read from another thread: floats and ints."""
-        s = self.sync
-        window = s._rs_stalls
-        own = window.longest(raft_now()) if window is not None else 0.0
-        return own, float(s.rs_leader_stall), int(s.rs_silences_waited)
-
-    def follower_lag(self) -> int:
-        """On the leader, the entries its slowest connected follower lacks (else 0)."""
-        try:
-            return int(self.sync.rs_follower_lag())
-        except Exception:  # noqa: BLE001 - a signal, best effort (a dict resized meanwhile)
-            return 0
-
-    def raft_members(self) -> set[str]:
-        """The Raft addresses of the voting members as this replica's pysyncobj knows
-        them (itself included): the membership the quorum is counted on."""
-        return {self.self_addr} | {str(node.address) for node in self.sync.otherNodes}
-
-    def joining(self) -> bool:
-        """Started with ``join`` and no leader has reached it yet."""
-        return bool(self.sync._rs_joining)
-
     def change_membership(self, action: str, addr: str) -> Future[int]:
         """Propose pysyncobj's own membership entry (``add`` or ``remove`` the member at
         Raft address ``addr``); the future gets pysyncobj's FAIL_REASON (0 = committed).
@@ -502,72 +419,13 @@ class RaftNode:
             fut.set_exception(exc)
         return fut
 
-    def ready(self) -> bool:
-        """True once this replica has applied the log up to the leader's commit index
-        after start (before that its state may be a half-replayed past)."""
-        return bool(self.sync.isReady())
-
-    def has_quorum(self) -> bool:
-        return bool(self.sync.hasQuorum)
-
-    def status(self) -> dict[str, Any]:
-        try:
-            return dict(self.sync.getStatus())
-        except Exception:  # noqa: BLE001 - status is best effort
-            return {}
-
     def tick(self, wait_s: float = 0.0) -> None:
         """One step of the Raft thread's work (socket events, timers, applies, tick
         actions), waiting up to ``wait_s`` for a socket event: only for a replica made
         with ``auto_tick=False``, which has no Raft thread of its own."""
         self.sync.doTick(wait_s)
 
-    def durability_stats(self) -> SyncStats:
-        """What group commit cost so far (read from any thread: a few ints)."""
-        journal = self.sync.rs_journal
-        if journal is None:
-            mode = "sync" if self.sync._rs_sync_journal else "none"
-            return SyncStats(mode=mode, syncs=0, sync_seconds=0.0, max_sync_seconds=0.0,
-                             synced_index=0)
-        stats: SyncStats = journal.rs_stats()
-        return stats
-
-    def tick_alive(self) -> bool:
-        return bool(self.sync.tick_thread_alive())
-
-    # ---------------------------------------------------------------- the replica's port
-
-    def read(self, fn: Callable[[ClusterState], T]) -> T:
-        """``fn(state)`` under the state lock: see :meth:`Replica.read`."""
-        return self.replica.read(fn)
-
-    def position(self) -> tuple[int, int]:
-        """(index, term) of the log entry the state is at; call inside :meth:`read`."""
-        return self.replica.position()
-
-    @property
-    def fatal(self) -> str | None:
-        """Why this replica stopped applying (a format it cannot read), else None."""
-        return self.replica.fatal
-
-    @property
-    def apply_seconds(self) -> float:
-        """Seconds spent applying entries since start."""
-        return self.replica.apply_seconds
-
-    @property
-    def apply_count(self) -> int:
-        """Entries applied since start."""
-        return self.replica.apply_count
-
-    @property
-    def lock_max_hold_s(self) -> float:
-        """The longest hold of the state lock since start (seconds)."""
-        return self.replica.lock_max_hold_s
-
-    def observe_lock_holds(self, observer: Callable[[float], None]) -> None:
-        """Call ``observer(seconds)`` after every hold of the state lock."""
-        self.replica.observe_lock_holds(observer)
+    # ---------------------------------------------------------------- lifecycle
 
     def destroy(self, wait_s: float = 0.0) -> None:
         """Stop the Raft thread; wait up to ``wait_s`` for it to end (the journal is
