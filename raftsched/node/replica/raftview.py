@@ -2,8 +2,10 @@
 Raft thread's stalls, progress, and the replica's read port.
 
 A base of :class:`~raftsched.node.replica.raft.RaftNode` (its state is the node's, set
-in its ``__init__``). Every method here only reads, from any thread: pysyncobj's
-fields it reads are single values, and the state is read under the replica's lock.
+in its ``__init__``). Its methods read, from any thread (pysyncobj's fields they read
+are single values; the state is read under the replica's lock), except
+``take_tick_gap``, which resets the gap it returns, and ``observe_lock_holds``, which
+registers an observer.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from raftsched.core import lease
 from raftsched.node.replica.compat import raft_now
+from raftsched.node.replica.durable import SyncStats
 
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
-    from raftsched.node.replica.durable import SyncStats
     from raftsched.node.replica.raftsync import RaftSyncObj
     from raftsched.node.replica.replica import Replica
 
