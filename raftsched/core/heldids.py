@@ -87,15 +87,17 @@ def skip_held(st: StateData, rec: JobRecord, first: int, last: int,
               count: int) -> tuple[int | None, int]:
     """A missed range ``first..last`` of ``count`` fire times about to be recorded: its
     leading fire times whose id a kept record holds are covered (an effect each), and
-    the range starts after them. Returns the new first (None: nothing left) and count."""
+    the range starts after them. Returns the new first (None: nothing left) and count.
+    ``count`` is the proposer's (informational, from its own clock): fire times left in
+    the range keep a record of at least one, whatever it says."""
     cur: int | None = first
-    while cur is not None and cur <= last and count > 0 and covers(st, rec, cur):
+    while cur is not None and cur <= last and covers(st, rec, cur):
         st.effects.append(FireCovered(run_id_of(rec.spec.id, cur)))
         count -= 1
         cur = next_fire(rec.spec.schedule, cur)
-    if cur is None or cur > last or count <= 0:
+    if cur is None or cur > last:
         return None, 0
-    return cur, count
+    return cur, max(count, 1)
 
 
 __all__ = ["NONE", "covered_in", "covers", "held", "note", "skip_held"]

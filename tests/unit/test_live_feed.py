@@ -72,3 +72,14 @@ def test_a_retried_start_whose_first_try_committed_is_no_refusal(
     eventpolicy.emit_for(ClaimRefused("start", RUN, "n1", 4, 4), me="n1", leads=False)
     eventpolicy.emit_for(ClaimRefused("start", RUN, "n2", 4, None), me="n1", leads=False)
     assert emitted == []
+
+
+def test_a_covered_fire_time_shows_in_the_feed_as_run_covered() -> None:
+    """A fire time a kept record accounts for (core/heldids.py) does not vanish from the
+    feed: it shows as run.covered, with its run and job."""
+    from raftsched.core.effects import FireCovered
+
+    ev = events.feed_event(FireCovered("j1@1728000005000"), node="n1", seq=7, ts_ms=1)
+    assert ev is not None
+    assert (ev["event"], ev["run_id"], ev["job_id"]) == ("run.covered", "j1@1728000005000",
+                                                         "j1")

@@ -20,7 +20,7 @@ from raftsched.core.cmdbase import COMMAND_VERSION, FEATURES, HELD_IDS_VERSION, 
 from raftsched.core.codec import decode_command, decode_state, encode_command, encode_state
 from raftsched.core.commands import Plan, RunFire
 from raftsched.core.durations import format_timestamp
-from raftsched.core.effects import FireCovered, PlanRejected, RunCreated
+from raftsched.core.effects import FireCovered, PlanRejected, RangeMissed, RunCreated
 from raftsched.core.leader import Capacity, LeaderContext, plan
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import run_id_of
@@ -203,6 +203,25 @@ def test_a_resume_covers_a_paused_fire_time_whose_id_a_kept_record_holds() -> No
     assert [e for e in st.take_effects() if isinstance(e, FireCovered)] == [FireCovered(held)]
     assert [r.run_id for r in st.history["j1"]].count(held) == 1
     assert st.jobs["j1"].hwm_ms == T0 + 4 * S
+
+
+def test_a_resume_records_the_fire_times_after_a_covered_one_whatever_its_count() -> None:
+    """The count a node puts in a resume is its own estimate (its clock, before the
+    leader stamps the command): covering 5 s must not leave 6 s and 7 s unrecorded."""
+    st = _cluster()
+    ahead = _stamped_ahead(st)  # the manual run holds 5 s
+    cmd = _plan(st, T0 + 4 * S)
+    assert cmd is not None
+    _apply(st, cmd)
+    _apply(st, {"op": "pause", "at": T0 + 4 * S, "job": "j1"})
+    st.take_effects()
+    _apply(st, {"op": "resume", "at": T0 + 7 * S, "job": "j1", "catch_up": False,
+                "missed": 1, "v": HELD_IDS_VERSION})
+    effects = st.take_effects()
+    assert FireCovered(ahead) in effects
+    ranges = [(e.first_ms, e.last_ms) for e in effects if isinstance(e, RangeMissed)]
+    assert ranges == [(T0 + 6 * S, T0 + 7 * S)], ranges
+    assert st.jobs["j1"].hwm_ms == T0 + 7 * S
 
 
 def test_an_older_resume_is_applied_as_it_was_written() -> None:

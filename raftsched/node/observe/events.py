@@ -16,6 +16,7 @@ from typing import Any
 
 from raftsched.core.effects import (
     Effect,
+    FireCovered,
     JobPaused,
     JobPut,
     JobRemoved,
@@ -131,7 +132,8 @@ class TextFormatter(logging.Formatter):
 #: Effects shown in the live feed (the HTTP event stream), and their event names.
 _FEED: dict[type, str] = {
     RunAssigned: "run.assigned", RunStarted: "run.started", RunEnded: "run.ended",
-    RangeMissed: "run.missed", LeaderChanged: "leader.changed", NodeLost: "node.lost",
+    RangeMissed: "run.missed", FireCovered: "run.covered", LeaderChanged: "leader.changed",
+    NodeLost: "node.lost",
     NodeCertified: "node.certified",
     NodeBack: "node.back", JobPut: "job.put", JobRemoved: "job.removed",
     JobPaused: "job.paused", JobResumed: "job.resumed"}
@@ -157,6 +159,8 @@ def feed_event(eff: Effect, *, node: str, seq: int, ts_ms: int) -> dict[str, Any
             ev.update(run_id=run_id, outcome=state, on=on, reason=str(reason)[:200])
         case RangeMissed(run_id, state, reason, _, _, count):
             ev.update(run_id=run_id, outcome=state, reason=str(reason)[:200], count=count)
+        case FireCovered(run_id):
+            ev.update(run_id=run_id, reason="a kept record holds its run id")
         case LeaderChanged(leader, term):
             ev.update(leader=leader, term=term)
         case NodeLost(subject, _) | NodeBack(subject):
