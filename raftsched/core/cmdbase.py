@@ -72,7 +72,9 @@ DEPS_VERSION = 5
 #: 6: a plan's run item for a fire time whose run id a kept record already holds (a
 #: manual run stamped ahead, a run of the schedule before a past ``at`` was put) only
 #: raises the job's mark: the record covers it (core/heldids.py); and a ``resume``'s
-#: missed range starts after such fire times. A v1..v5 plan or resume made a record
+#: missed range starts after such fire times and is counted by the apply (a v1..v5
+#: resume recorded the proposer's count, and no range when that was 0). A v1..v5 plan
+#: or resume made a record
 #: beside the one holding the id (two records, one id). Written only once every member
 #: lists ``runids``: by a plan holding such an item, and by every resume.
 HELD_IDS_VERSION = 6

@@ -83,21 +83,15 @@ def covered_in(st: StateData, plan: Plan) -> set[tuple[str, int]]:
     return out
 
 
-def skip_held(st: StateData, rec: JobRecord, first: int, last: int,
-              count: int) -> tuple[int | None, int]:
-    """A missed range ``first..last`` of ``count`` fire times about to be recorded: its
-    leading fire times whose id a kept record holds are covered (an effect each), and
-    the range starts after them. Returns the new first (None: nothing left) and count.
-    ``count`` is the proposer's (informational, from its own clock): fire times left in
-    the range keep a record of at least one, whatever it says."""
+def skip_held(st: StateData, rec: JobRecord, first: int, last: int) -> int | None:
+    """A missed range ``first..last`` about to be recorded: its leading fire times whose
+    id a kept record holds are covered (an effect each). Returns where the range now
+    starts, or None when nothing is left of it."""
     cur: int | None = first
     while cur is not None and cur <= last and covers(st, rec, cur):
         st.effects.append(FireCovered(run_id_of(rec.spec.id, cur)))
-        count -= 1
         cur = next_fire(rec.spec.schedule, cur)
-    if cur is None or cur > last:
-        return None, 0
-    return cur, max(count, 1)
+    return None if cur is None or cur > last else cur
 
 
 __all__ = ["NONE", "covered_in", "covers", "held", "note", "skip_held"]

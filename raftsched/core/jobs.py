@@ -47,7 +47,13 @@ from raftsched.core.records import JobRecord
 from raftsched.core.runs import MAX_ACTIVE_PER_JOB
 from raftsched.core.runtable import CONC_WAIT
 from raftsched.core.specprep import CheckedSpec, checked_spec
-from raftsched.core.trigger import AtSchedule, Schedule, latest_fire_at_or_before, next_fire
+from raftsched.core.trigger import (
+    AtSchedule,
+    Schedule,
+    count_fires,
+    latest_fire_at_or_before,
+    next_fire,
+)
 
 if TYPE_CHECKING:
     from raftsched.core.state import StateData
@@ -209,14 +215,22 @@ def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
         rec.version += 1
         rec.updated_ms = at
         if not catch_up:
-            first = next_fire(rec.spec.schedule, rec.hwm_ms)
-            if first is not None and first <= at and count > 0:
-                last = latest_fire_at_or_before(rec.spec.schedule, rec.hwm_ms, at) or first
-                if cmd.v >= HELD_IDS_VERSION:  # not a record beside one holding its id
-                    first, count = heldids.skip_held(st, rec, first, last, count)
-                if first is not None:
-                    runs.record_miss(st, rec, first, last, count, RunState.missed,
-                                     MissReason.paused.value, at)
+            sched = rec.spec.schedule
+            first = next_fire(sched, rec.hwm_ms)
+            if cmd.v >= HELD_IDS_VERSION:
+                # v6: the range and its count from the state and ``at`` (the proposer's
+                # count is its own clock's estimate, 0 before it saw the pause), and
+                # never a record beside one holding its id.
+                if first is not None and first <= at:
+                    last = latest_fire_at_or_before(sched, rec.hwm_ms, at) or first
+                    rest = heldids.skip_held(st, rec, first, last)
+                    if rest is not None:
+                        runs.record_miss(st, rec, rest, last, count_fires(sched, rest - 1, last),
+                                         RunState.missed, MissReason.paused.value, at)
+            elif first is not None and first <= at and count > 0:  # as v1..v5 did
+                until = latest_fire_at_or_before(sched, rec.hwm_ms, at) or first
+                runs.record_miss(st, rec, first, until, count, RunState.missed,
+                                 MissReason.paused.value, at)
             rec.hwm_ms = max(rec.hwm_ms, at)
         st.set_next(rec, next_fire(rec.spec.schedule, rec.hwm_ms))
         st.effects.append(JobResumed(rec.spec.id, catch_up))

@@ -219,9 +219,29 @@ def test_a_resume_records_the_fire_times_after_a_covered_one_whatever_its_count(
                 "missed": 1, "v": HELD_IDS_VERSION})
     effects = st.take_effects()
     assert FireCovered(ahead) in effects
-    ranges = [(e.first_ms, e.last_ms) for e in effects if isinstance(e, RangeMissed)]
-    assert ranges == [(T0 + 6 * S, T0 + 7 * S)], ranges
+    ranges = [(e.first_ms, e.last_ms, e.fire_count) for e in effects
+              if isinstance(e, RangeMissed)]
+    assert ranges == [(T0 + 6 * S, T0 + 7 * S, 2)], ranges  # counted by the apply
     assert st.jobs["j1"].hwm_ms == T0 + 7 * S
+
+
+def test_a_v6_resume_records_its_range_even_when_the_node_counted_none() -> None:
+    """A node that had not applied the pause yet counts 0: a v6 resume counts the range
+    itself, so the paused fire times still get their record (a v2 resume records none)."""
+    for v, expected in ((HELD_IDS_VERSION, [(T0 + 2 * S, T0 + 4 * S, 3)]),
+                        (COMMAND_VERSION, [])):
+        st = _cluster()
+        _put(st, {"every": "1s"})
+        cmd = _plan(st, T0 + S)
+        assert cmd is not None
+        _apply(st, cmd)
+        _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+        st.take_effects()
+        _apply(st, {"op": "resume", "at": T0 + 4 * S, "job": "j1", "catch_up": False,
+                    "missed": 0, "v": v})
+        ranges = [(e.first_ms, e.last_ms, e.fire_count) for e in st.take_effects()
+                  if isinstance(e, RangeMissed)]
+        assert ranges == expected, (v, ranges)
 
 
 def test_an_older_resume_is_applied_as_it_was_written() -> None:
