@@ -65,7 +65,9 @@ def encode_command(cmd: Command | dict[str, Any]) -> bytes:
     """A command (or its map, with ``op`` and ``at``) as replicated bytes."""
     if isinstance(cmd, Command):
         return cmd.encode()
-    return packb(dict(cmd, v=COMMAND_VERSION))
+    # A map keeps the version it names (it was silently rewritten to the current one,
+    # which changed what a v6 resume means on replay); one that names none is current.
+    return packb(dict(cmd, v=cmd.get("v", COMMAND_VERSION)))
 
 
 def _command_map(blob: Any) -> dict[str, Any] | None:

@@ -318,3 +318,14 @@ def test_truncated_or_padded_snapshot_is_refused() -> None:
     for bad in (blob[:len(blob) // 2], blob[:-1], blob + packb(0)):
         with pytest.raises(ProtocolError):
             decode_state(bad)
+
+
+def test_a_map_keeps_the_version_it_names_and_one_without_is_current() -> None:
+    """A map naming ``v`` is encoded as that version (a v6 resume replayed as v2 means
+    something else); one naming none is this release's."""
+    from raftsched.core.cmdbase import HELD_IDS_VERSION
+
+    cmd = {"op": "resume", "at": 1, "job": "j1", "v": HELD_IDS_VERSION}
+    assert decode_command(encode_command(cmd))["v"] == HELD_IDS_VERSION  # type: ignore[index]
+    bare = {"op": "resume", "at": 1, "job": "j1"}
+    assert decode_command(encode_command(bare))["v"] == COMMAND_VERSION  # type: ignore[index]
