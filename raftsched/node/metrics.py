@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from raftsched.core.effects import Effect, NodeCertified, RangeMissed, RunEnded
+from raftsched.core.effects import Effect, FireCovered, NodeCertified, RangeMissed, RunEnded
 from raftsched.node.config.config import split_addr
 
 if TYPE_CHECKING:
@@ -75,6 +75,10 @@ class Metrics:
         self.certified = Counter("raftsched_nodes_certified",
                                  "Death certificates applied (an incarnation proved dead)",
                                  ["by"], registry=r)
+        self.covered = Counter("raftsched_fire_times_covered",
+                               "Fire times accounted for by a kept record that already held "
+                               "their run id (no second run), as applied on this node",
+                               registry=r)
         self.lock_hold = Histogram("raftsched_raft_lock_hold_seconds",
                                    "How long each hold of the Raft state lock lasted",
                                    buckets=_HOLD_BUCKETS, registry=r)
@@ -97,6 +101,8 @@ class Metrics:
             self.ended.labels(eff.state).inc(eff.fire_count)
         elif isinstance(eff, NodeCertified):
             self.certified.labels(eff.by).inc()
+        elif isinstance(eff, FireCovered):
+            self.covered.inc()
 
     def attach(self, sources: Sources) -> None:
         """Read cluster and Raft figures from ``sources`` at scrape time."""

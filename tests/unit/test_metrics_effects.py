@@ -1,0 +1,21 @@
+"""The node's counters that applied effects feed (raftsched/node/metrics.py)."""
+
+from __future__ import annotations
+
+from raftsched.core.effects import FireCovered
+from raftsched.node.metrics import Metrics
+
+
+def _sample(metrics: Metrics, name: str) -> float | None:
+    for line in metrics.render().decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_a_covered_fire_time_is_counted_once_per_effect() -> None:
+    metrics = Metrics("n1")
+    assert _sample(metrics, "raftsched_fire_times_covered_total") == 0.0
+    metrics.effect(FireCovered(run_id="j@1000"))
+    metrics.effect(FireCovered(run_id="j@2000"))
+    assert _sample(metrics, "raftsched_fire_times_covered_total") == 2.0
