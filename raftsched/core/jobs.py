@@ -210,6 +210,7 @@ def apply_pause(st: StateData, cmd: Pause) -> dict[str, Any]:
 def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
     rec, at = job_of(st, cmd.job), cmd.at
     catch_up, count = cmd.catch_up, cmd.missed
+    reply: dict[str, Any] = {"ok": True, "job": rec.spec.id}
     if rec.spec.paused:
         rec.spec = replace_paused(rec.spec, False)
         rec.version += 1
@@ -221,12 +222,17 @@ def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
                 # v6: the range and its count from the state and ``at`` (the proposer's
                 # count is its own clock's estimate, 0 before it saw the pause), and
                 # never a record beside one holding its id.
+                skipped = 0
                 if first is not None and first <= at:
                     last = latest_fire_at_or_before(sched, rec.hwm_ms, at) or first
                     rest = heldids.skip_held(st, rec, first, last)
                     if rest is not None:
-                        runs.record_miss(st, rec, rest, last, count_fires(sched, rest - 1, last),
-                                         RunState.missed, MissReason.paused.value, at)
+                        skipped = count_fires(sched, rest - 1, last)
+                        runs.record_miss(st, rec, rest, last, skipped, RunState.missed,
+                                         MissReason.paused.value, at)
+                # What was recorded, for the caller's answer (the estimate it sent may
+                # differ: its clock, covered fire times).
+                reply["missed"] = skipped
             elif first is not None and first <= at and count > 0:  # as v1..v5 did
                 until = latest_fire_at_or_before(sched, rec.hwm_ms, at) or first
                 runs.record_miss(st, rec, first, until, count, RunState.missed,
@@ -236,7 +242,8 @@ def apply_resume(st: StateData, cmd: Resume) -> dict[str, Any]:
         st.effects.append(JobResumed(rec.spec.id, catch_up))
         if st.backfills:
             backfill.on_job_change(st, rec.spec.id, at)
-    return {"ok": True, "job": rec.spec.id, "version": rec.version}
+    reply["version"] = rec.version
+    return reply
 
 
 def apply_trigger(st: StateData, cmd: Trigger) -> dict[str, Any]:

@@ -322,19 +322,43 @@ def _resume_through_the_node(st: ClusterState) -> Any:
     writes = _Writes(st)
     ops = JobOps(raft=_Replica(st), writes=writes, reads=_Caught(),  # type: ignore[arg-type]
                  limits=Limits(), allowed_call_prefixes=lambda: None)
-    asyncio.run(ops.resume({"id": "j1"}))
+    answer = asyncio.run(ops.resume({"id": "j1"}))
     (cmd,) = writes.sent
-    return cmd
+    return cmd, answer
 
 
 def test_a_node_writes_resume_as_version_6_once_every_member_lists_runids() -> None:
     st = _cluster()
     held = _paused_over_a_missed_range(st)
-    assert _resume_through_the_node(st).v == HELD_IDS_VERSION
+    cmd, answer = _resume_through_the_node(st)
+    assert cmd.v == HELD_IDS_VERSION
     assert [r.run_id for r in st.history["j1"]].count(held) == 1
+    # The answer says what was recorded: the one paused fire time was covered, not
+    # skipped (the node's own count, from its clock, said 1).
+    assert cmd.missed == 1
+    assert answer["skipped_fire_times"] == 0
 
 
 def test_a_node_writes_resume_as_before_while_a_member_does_not_list_runids() -> None:
     st = _cluster(features=tuple(f for f in FEATURES if f != "runids"))
     _paused_over_a_missed_range(st)
-    assert _resume_through_the_node(st).v == COMMAND_VERSION
+    cmd, answer = _resume_through_the_node(st)
+    assert cmd.v == COMMAND_VERSION
+    assert answer["skipped_fire_times"] == cmd.missed == 1  # the estimate, as before
+
+
+def test_a_node_answers_a_resume_with_the_count_the_state_recorded() -> None:
+    """The node counts with its own clock before the leader stamps the resume (here a
+    clock years past the pause): a v6 answer says what was recorded, 2..4 s."""
+    st = _cluster()
+    _put(st, {"every": "1s"})
+    cmd = _plan(st, T0 + S)
+    assert cmd is not None
+    _apply(st, cmd)
+    _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+    st.take_effects()
+    sent, answer = _resume_through_the_node(st)
+    (missed,) = [e for e in st.take_effects() if isinstance(e, RangeMissed)]
+    assert missed.fire_count == 3
+    assert sent.missed > 1_000_000  # the node's estimate
+    assert answer["skipped_fire_times"] == 3

@@ -102,6 +102,12 @@ def _tags_of(specs: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
 READ_CHUNK = 500
 
 
+def _resume_input(job_id: str, st: ClusterState) -> tuple[queries.PausedMark | None, bool]:
+    """What a resume reads: the paused job's schedule and mark, and whether every member
+    applies a version 6 resume."""
+    return queries.paused_mark(job_id, st), members.all_have(st, RUN_IDS_FEATURE)
+
+
 def _job_views(ids: list[str], st: ClusterState) -> list[dict[str, Any]]:
     return [st.jobs[j].to_dict() for j in ids if j in st.jobs]
 
@@ -283,20 +289,20 @@ class JobOps:
         catch_up = args.get("catch_up", False)
         if not isinstance(catch_up, bool):
             raise InvalidArgument("catch_up", "must be a boolean")
+        # Copy out what the count needs (one hold); count outside the lock. Version 6 (a
+        # missed range never starts on a fire time whose run id a kept record holds)
+        # once every member applies it.
+        paused, v6 = self.raft.read(partial(_resume_input, job_id))
         missed = 0
-        # Copy out what the count needs; count outside the lock.
-        paused = self.raft.read(partial(queries.paused_mark, job_id))
         if paused is not None:
-            # The count is informational (the record says how many were skipped).
+            # The count is this node's estimate; a v6 resume records its own.
             missed = count_fires(paused[0], paused[1], now_ms())
-        # Version 6 (a missed range never starts on a fire time whose run id a kept
-        # record holds) once every member applies it.
-        v6 = self.raft.read(partial(members.all_have, feature=RUN_IDS_FEATURE))
         v = HELD_IDS_VERSION if v6 else COMMAND_VERSION
         reply = await self.writes.submit(Resume(job=job_id, catch_up=catch_up, missed=missed,
                                                 at=0, v=v), args.get("rid"))
+        skipped = 0 if catch_up else reply.get("missed", missed)
         return {"job": reply["job"], "version": reply["version"], "paused": False,
-                "skipped_fire_times": 0 if catch_up else missed}
+                "skipped_fire_times": skipped}
 
     async def trigger(self, args: dict[str, Any]) -> Any:
         force = args.get("force", False)
