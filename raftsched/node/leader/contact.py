@@ -5,7 +5,7 @@ were only there to say it lives: three of an idle 3-node cluster's 3.2 entries a
 second, each appended, synced and applied by every node, about half its leader's CPU.
 Once every member lists the ``contact`` feature, an idle node heartbeats only every
 ``core.lease.contact_heartbeat_ms`` (a refresh of its record), and the leader counts
-it alive while its Raft thread answers the leader's appends (at least every 200 ms:
+it alive while its Raft thread answers the leader's appends (at least every 350 ms:
 ``replica/pacing.py``).
 
 Only for nodes holding no run. A node that holds one must show that its whole process
