@@ -19,3 +19,19 @@ def test_a_covered_fire_time_is_counted_once_per_effect() -> None:
     metrics.effect(FireCovered(run_id="j@1000"))
     metrics.effect(FireCovered(run_id="j@2000"))
     assert _sample(metrics, "raftsched_fire_times_covered_total") == 2.0
+
+
+def test_ended_runs_are_counted_by_outcome() -> None:
+    from raftsched.core.effects import RangeMissed, RunEnded
+
+    metrics = Metrics("n1")
+    fields = {f: None for f in RunEnded._fields}
+    metrics.effect(RunEnded(**{**fields, "state": "succeeded"}))
+    metrics.effect(RunEnded(**{**fields, "state": "succeeded"}))
+    metrics.effect(RunEnded(**{**fields, "state": "failed"}))
+    missed = {f: None for f in RangeMissed._fields}
+    metrics.effect(RangeMissed(**{**missed, "state": "missed", "fire_count": 3}))
+    ended = 'raftsched_node_runs_ended_total{outcome="%s"}'
+    assert _sample(metrics, ended % "succeeded") == 2.0
+    assert _sample(metrics, ended % "failed") == 1.0
+    assert _sample(metrics, ended % "missed") == 3.0
