@@ -114,6 +114,9 @@ class NodeAssembly:
             fence_grace_s=lease.kill_grace_ms(cfg.timing.node_timeout_ms) / 1000,
             guard=self.guard, logs=self.logs,
             lease=lambda: self.liveness.spawn_lease(), lease_s=fence_after_s, clock=self.clock)
+        # The node hands it every apply's claim news (Node._on_effects): its steps look
+        # at the runs they name, not at every claim (claimsync.py).
+        self.worker.claims.incremental = True
         #: The live feed of the HTTP event streams (feed.py).
         self.feed = LiveFeed(node_id)
         #: Heartbeats, the lease and the self-fence (liveness.py).

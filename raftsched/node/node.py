@@ -62,6 +62,7 @@ from raftsched.node.observe.clock import (
 )
 from raftsched.node.service import audit, membercheck, membership
 from raftsched.node.worker import certify
+from raftsched.node.worker.claimsync import CLAIM_NEWS
 from raftsched.wire.certs import server_context
 from raftsched.wire.secretfile import unregister
 
@@ -200,6 +201,8 @@ class Node(NodeAssembly):
                 kind = type(eff)
                 wake_leader = wake_leader or kind in _LEADER_WAKERS
                 wake_worker = wake_worker or kind in _WORKER_WAKERS
+                if kind in CLAIM_NEWS:
+                    self.worker.claims.note(eff, self.worker.local)
                 if kind in _NODE_ACTS:
                     wake_worker = self._act_on(eff) or wake_worker
                 if self.metrics is not None:
@@ -212,6 +215,10 @@ class Node(NodeAssembly):
                 eventpolicy.emit_for(eff, me=me, leads=self.leader.active)
                 if self.feed:
                     self.feed.effect(eff)
+        except BaseException:
+            # The effects after the one that failed were not handed to the worker.
+            self.worker.claims.look_at_all()
+            raise
         finally:
             # Also when one effect's handling failed: a wake lost would leave a claim
             # waiting for the worker's safety-net poll.

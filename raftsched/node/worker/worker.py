@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from raftsched.core.model import RunState
 from raftsched.core.trigger import jitter_ms
 from raftsched.node.observe import events
 from raftsched.node.observe.clock import SYSTEM_CLOCK, Clock
+from raftsched.node.worker.claimsync import ClaimSync
 from raftsched.node.worker.gate import SpawnGate
 from raftsched.node.worker.launch import LEASE_RECHECK_S, RunLauncher
 from raftsched.node.worker.localrun import LocalRun, Phase
@@ -137,6 +139,12 @@ class WorkerPool(RunLauncher):
         #: ahead the leader began to plan that instant.
         self._first_assigned: dict[int, int] = {}
         self.local: dict[str, LocalRun] = {}
+        #: Which claims the next step looks at (every one, unless the node feeds it the
+        #: applies' effects: ``claims.incremental``).
+        self.claims = ClaimSync(node_id)
+        #: What the step's read looks at: the run ids named since the last, or None for
+        #: every claim (set before each read; ``_sync_claims`` keeps its signature).
+        self._looking: set[str] | None = None
         #: Called when a run is assigned to this pool while it holds none, and when it
         #: starts draining (the node's liveness: an idle node heartbeats less often).
         self.on_busy: Callable[[], None] | None = None
@@ -279,10 +287,18 @@ class WorkerPool(RunLauncher):
     def _sync_claims(self, st: ClusterState) -> tuple[list[LocalRun], list[LocalRun]]:
         """Under the state lock (via ``raft.read``): this node's assigned runs not yet
         known here, as new ``LocalRun`` records; and the waiting runs whose claim moved
-        on (released, cancelled, reassigned), forgotten here. Bounded by this node's
-        runs."""
+        on (released, cancelled, reassigned), forgotten here. Of the runs in
+        ``_looking`` (claimsync.py), or of all: bounded by this node's runs."""
+        ids = self._looking
+        me = self.node_id
         mine = []
-        for run in st.table.unordered_on(self.node_id):  # ordered by start time below
+        if ids is None:
+            candidates: Any = st.table.unordered_on(me)  # ordered by start time below
+        else:
+            runs = st.runs
+            candidates = [run for run in map(runs.get, ids)
+                          if run is not None and run.node == me]
+        for run in candidates:
             if run.state != "assigned":
                 continue
             known = self.local.get(run.run_id)
@@ -300,12 +316,15 @@ class WorkerPool(RunLauncher):
                 grace_ms=spec.misfire.grace_ms, due_ms=run.assigned_ms or 0))
         # Forget waiting runs whose claim moved on (released, cancelled, reassigned).
         moved = []
-        for run_id, loc in list(self.local.items()):
+        local = self.local
+        held = list(local.items()) if ids is None else [
+            (run_id, local[run_id]) for run_id in ids if run_id in local]
+        for run_id, loc in held:
             if loc.phase == Phase.WAITING:
                 cur = st.runs.get(run_id)
-                if cur is None or cur.node != self.node_id or cur.fence != loc.fence \
+                if cur is None or cur.node != me or cur.fence != loc.fence \
                         or cur.state != "assigned":
-                    del self.local[run_id]
+                    del local[run_id]
                     moved.append(loc)
         return mine, moved
 
@@ -315,7 +334,14 @@ class WorkerPool(RunLauncher):
             # Replaying the journal after a restart: claims seen now may be long gone.
             return 0.05
         now = self.clock.now_ms()
-        mine, moved = self.raft.read(self._sync_claims)
+        self._looking = self.claims.take(self.clock.monotonic())
+        try:
+            mine, moved = self.raft.read(self._sync_claims)
+        except BaseException:
+            self.claims.look_at_all()  # what it would have looked at is not lost
+            raise
+        finally:
+            self._looking = None
         if mine and not self.local and self.on_busy is not None:
             self.on_busy()  # its heartbeats speed up before the run may spawn
         for loc in moved:
@@ -344,20 +370,35 @@ class WorkerPool(RunLauncher):
         # A slot is free again as soon as its run has ended; the finish commit that
         # follows does not hold it. held: the runs holding a start here; due: those of
         # them that need a slot now (executing, or at or past their instant).
+        # One pass over what is held here. A waiting run beyond the longest pre-start
+        # window is neither late nor startable: only when to look again depends on it,
+        # and that is no later than the earliest of them minus the longest window
+        # (sorting them all was a tenth of a follower's step in a storm).
         held = due = 0
+        horizon = now + self.max_prestart_ms
+        near: list[LocalRun] = []
+        far: int | None = None
         for x in self.local.values():
-            if x.phase in _HELD:
+            phase = x.phase
+            if phase is _WAITING:
+                if x.start_at_ms <= horizon:
+                    near.append(x)
+                elif far is None or x.start_at_ms < far:
+                    far = x.start_at_ms
+            elif phase in _HELD:
                 held += 1
-                if x.phase == Phase.RUNNING or x.start_at_ms <= now:
+                if phase is _RUNNING or x.start_at_ms <= now:
                     due += 1
         ready: list[LocalRun] = []
         shed: list[LocalRun] = []
         # A safety net only (an applied claim wakes the loop): twice as long while
         # nothing is held here (issue 31: an idle node's wakeups).
         next_at: float = 0.5 if self.local else IDLE_POLL_S
+        if far is not None:
+            next_at = min(next_at, (far - self.max_prestart_ms - now) / 1000)
         late: list[LocalRun] = []
-        for loc in sorted((x for x in self.local.values() if x.phase == Phase.WAITING),
-                          key=lambda x: x.start_at_ms):
+        near.sort(key=_start_at)
+        for loc in near:
             if now - max(loc.start_at_ms, loc.due_ms) > loc.grace_ms:
                 # Held past its grace (this node was down or frozen): too late to count
                 # as this fire time's run.
@@ -449,6 +490,9 @@ class WorkerPool(RunLauncher):
 
 #: Phases holding a start here (against ``start_limit`` and the slots).
 _HELD = frozenset({Phase.STARTING, Phase.STARTED, Phase.RUNNING})
+_WAITING = Phase.WAITING
+_RUNNING = Phase.RUNNING
+_start_at = operator.attrgetter("start_at_ms")
 #: Phases a drain waits for (their outcomes are committed before the node leaves).
 _BUSY = _HELD | {Phase.FINISHING}
 
