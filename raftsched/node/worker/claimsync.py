@@ -8,25 +8,35 @@ those scans were about a tenth of a follower's CPU (issue 31), for the handful o
 each command changed.
 
 Every such change comes with an effect of the apply that made it (``RunAssigned``,
-``RunEnded``, ``ClaimsReleased``, ``Restored`` for a whole new state), and the node
-hands each to :meth:`ClaimSync.note` on the event loop, where the worker runs. The
-worker then looks at the runs those effects named (:meth:`ClaimSync.take`), and at
-everything when it cannot be sure it heard of every change: before its first look,
-after a restore, when more changed than :data:`MAX_TOUCHED`, and every
-:data:`FULL_SCAN_S` in any case, so that a change no effect named (there is none
-today) would cost a second of delay, never a claim.
+``RunEnded``, ``ClaimsReleased``, ``RunStarted`` — a start of a run this worker waits
+on, committed by an earlier process of this node —, ``Restored`` for a whole new
+state), and the node hands each to :meth:`ClaimSync.note` on the event loop, where the
+worker runs. The worker then looks at the runs those effects named
+(:meth:`ClaimSync.take`), and at everything when it cannot be sure it heard of every
+change: before its first look, after a restore or a failed read, when more changed
+than :data:`MAX_TOUCHED`, and every :data:`FULL_SCAN_S` in any case, so that a change
+no effect named would cost up to a second of delay, never a claim.
 
-The order between an apply and its effects: a change applied before the worker's read
-whose effect has not arrived yet is not looked at in that step; its effect arrives
-after, names the run, and wakes the worker (the node wakes it for each of these kinds),
-so the next step looks.
+The order between an apply and its effects: the replica hands the effects on after the
+apply has released the state lock, so a noted change is in the state the worker reads.
+A change applied before the worker's read whose effect has not arrived yet is not
+looked at in that step; its effect arrives after and names the run, and the next step
+looks: ``RunEnded``, ``ClaimsReleased`` and ``Restored`` wake the worker, and so does
+``RunAssigned`` to this node (one to another node follows a release or an end that
+woke it; a ``RunStarted`` of an earlier process waits for the next step, as before).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftsched.core.effects import ClaimsReleased, Restored, RunAssigned, RunEnded
+from raftsched.core.effects import (
+    ClaimsReleased,
+    Restored,
+    RunAssigned,
+    RunEnded,
+    RunStarted,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Container
@@ -39,7 +49,7 @@ FULL_SCAN_S = 1.0
 #: one full look instead.
 MAX_TOUCHED = 10_000
 #: The effects that name a run whose claim on some node changed.
-CLAIM_NEWS = frozenset({RunAssigned, RunEnded, ClaimsReleased, Restored})
+CLAIM_NEWS = frozenset({RunAssigned, RunEnded, ClaimsReleased, RunStarted, Restored})
 
 
 class ClaimSync:
@@ -69,7 +79,7 @@ class ClaimSync:
         if isinstance(eff, RunAssigned):
             if eff.node == self.node_id or eff.run_id in held:
                 touched.add(eff.run_id)
-        elif isinstance(eff, RunEnded):
+        elif isinstance(eff, (RunEnded, RunStarted)):
             if eff.run_id in held:
                 touched.add(eff.run_id)
         elif isinstance(eff, ClaimsReleased):
