@@ -300,7 +300,8 @@ class JobOps:
         v = HELD_IDS_VERSION if v6 else COMMAND_VERSION
         reply = await self.writes.submit(Resume(job=job_id, catch_up=catch_up, missed=missed,
                                                 at=0, v=v), args.get("rid"))
-        skipped = 0 if catch_up else reply.get("missed", missed)
+        # A v6 resume says what it recorded (none: the job was no longer paused).
+        skipped = 0 if catch_up else reply.get("missed", 0 if v6 else missed)
         return {"job": reply["job"], "version": reply["version"], "paused": False,
                 "skipped_fire_times": skipped}
 
