@@ -66,12 +66,13 @@ def contact_heartbeat_ms(node_timeout_ms: int) -> int:
 
     Between two, the node's Raft thread is what says it lives: the leader reads a
     follower that holds no run as alive while that follower answers its appends (it
-    does at least every 350 ms), and the node reads its quorum from its leader's appends
-    (or, leading, from a majority's answers). A heartbeat entry was still 3 of an idle
-    cluster's 3.2 entries per second, each appended, synced and applied by every node:
-    ~0.5 % of a core on the leader. The refresh keeps the node's record (its last
-    heartbeat, clock skew) from growing older than this; a node that holds a run
-    heartbeats at the busy period as before, and only its heartbeats count then."""
+    does every 300-400 ms by default, ``replica/pacing.py``), and the node reads its
+    quorum from its leader's appends (or, leading, from a majority's answers). A
+    heartbeat entry was still 3 of an idle cluster's 3.2 entries per second, each
+    appended, synced and applied by every node: ~0.5 % of a core on the leader. The
+    refresh keeps the node's record (its last heartbeat, clock skew) from growing older
+    than this; a node that holds a run heartbeats at the busy period as before, and
+    only its heartbeats count then."""
     return node_timeout_ms * CONTACT_REFRESH_TIMEOUTS
 
 

@@ -36,7 +36,8 @@ def test_an_idle_follower_answers_every_few_periods_and_a_new_entry_at_once(tmp_
     try:
         leader, _ = establish(c)
         conf = c.nodes[leader].sync._SyncObj__conf
-        every = answer_every(conf.appendEntriesPeriod, conf.leaderFallbackTimeout)
+        every = answer_every(conf.appendEntriesPeriod, conf.leaderFallbackTimeout,
+                             connection_s=conf.connectionTimeout)
         heard = _answers_heard(c, leader)
         window = 3.0
         c.run_for(window)

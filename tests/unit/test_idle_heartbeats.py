@@ -352,7 +352,7 @@ def test_a_node_counted_lost_is_not_in_contact_whatever_its_raft_thread_hears() 
 
 
 def test_contact_is_read_only_where_the_timing_leaves_room_for_it() -> None:
-    assert contact.timing_fits(Timing())  # the defaults: answers every 0.2 s, timeout 3 s
+    assert contact.timing_fits(Timing())  # the defaults: answers 0.3-0.4 s apart, timeout 3 s
     assert contact.timing_fits(Timing(node_timeout_ms=2000, heartbeat_ms=250))  # the tests'
     slow = Timing(node_timeout_ms=3000, heartbeat_ms=500, election_timeout_min_ms=6000,
                   election_timeout_max_ms=12000, append_period_ms=1500,

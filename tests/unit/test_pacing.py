@@ -15,6 +15,7 @@ from raftsched.node.replica.pacing import (
     IDLE_APPEND_PERIODS,
     AnswerPacer,
     answer_every,
+    answered_within,
     beyond_period,
     follower_wait,
     leader_wait,
@@ -79,8 +80,13 @@ def test_every_answer_that_moves_the_leader_or_is_not_a_plain_success_goes_out()
 
 def test_a_leader_hears_from_its_followers_several_times_per_fallback_whatever_the_timing(
         ) -> None:
-    assert answer_every(0.05, 1.5) == ANSWER_EVERY_PERIODS * 0.05
-    assert answer_every(0.5, 1.0) == 0.25  # a slow append period, a short fallback
+    assert answer_every(0.05, 1.5, connection_s=1.5) == ANSWER_EVERY_PERIODS * 0.05
+    assert answer_every(0.5, 1.0, connection_s=1.5) == 0.25  # a short fallback
+    # A short connection timeout: pysyncobj would drop a connection it read nothing on.
+    assert answer_every(0.05, 1.5, connection_s=0.3) == pytest.approx(0.1)
+    # An answer leaves with an append: up to IDLE_APPEND_PERIODS periods after it is due.
+    assert answered_within(0.05, 1.5, connection_s=1.5) == pytest.approx(
+        (ANSWER_EVERY_PERIODS + IDLE_APPEND_PERIODS) * 0.05)
 
 
 def test_appends_are_spaced_only_where_the_timing_leaves_room() -> None:

@@ -5,7 +5,7 @@ were only there to say it lives: three of an idle 3-node cluster's 3.2 entries a
 second, each appended, synced and applied by every node, about half its leader's CPU.
 Once every member lists the ``contact`` feature, an idle node heartbeats only every
 ``core.lease.contact_heartbeat_ms`` (a refresh of its record), and the leader counts
-it alive while its Raft thread answers the leader's appends (at least every 350 ms:
+it alive while its Raft thread answers the leader's appends (every 300-400 ms by default:
 ``replica/pacing.py``).
 
 Only for nodes holding no run. A node that holds one must show that its whole process
@@ -89,17 +89,19 @@ class ContactWatch:
         return out
 
 
-def heard_every_s(append_period_s: float, fallback_s: float) -> float:
-    """How stale an idle follower's contact may be when the leader reads it: its
-    answers' interval (replica/pacing.py) plus the leader's reading interval."""
-    return pacing.answer_every(append_period_s, fallback_s) + CHECK_S
+def heard_every_s(append_period_s: float, fallback_s: float, *, connection_s: float) -> float:
+    """How stale an idle follower's contact may be when the leader reads it: the longest
+    gap between its answers (replica/pacing.py) plus the leader's reading interval."""
+    return pacing.answered_within(append_period_s, fallback_s,
+                                  connection_s=connection_s) + CHECK_S
 
 
 def timing_fits(timing: Timing) -> bool:
     """Whether this timing leaves room to read idle nodes' liveness from their Raft
     answers (``core.lease.contact_fits``)."""
     return lease.contact_fits(timing.node_timeout_ms, heard_every_s(
-        timing.append_period_ms / 1000, timing.leader_fallback_ms / 1000))
+        timing.append_period_ms / 1000, timing.leader_fallback_ms / 1000,
+        connection_s=timing.connection_timeout_ms / 1000))
 
 
 __all__ = ["CHECK_S", "ContactWatch", "heard_every_s", "timing_fits"]

@@ -40,10 +40,12 @@ IDLE_APPEND_PERIODS = 2
 #: comes first.
 FOLLOWER_WAIT_PERIODS = IDLE_APPEND_PERIODS + 0.6
 #: A follower repeats an answer that acknowledges nothing new at most once per this
-#: many append periods (each leader's check-quorum still hears from it four times per
-#: fallback timeout by default). At 4, an idle leader woke 3-4 more times a second
-#: for them, 0.05-0.1 % of a core: bench/results/2026-12-06-idle-answers.md.
-ANSWER_EVERY_PERIODS = 7
+#: many append periods (each leader's check-quorum still hears from it several times
+#: per fallback timeout). At 4, an idle leader woke 3-4 more times a second for them,
+#: 0.05-0.1 % of a core: bench/results/2026-12-06-idle-answers.md. Not more than 6: an
+#: idle node's liveness read from these answers (node/leader/contact.py) must still fit
+#: three readings in the tests' 2 s node timeout (:func:`answered_within`).
+ANSWER_EVERY_PERIODS = 6
 
 
 def follower_wait(left_s: float, period_s: float) -> float:
@@ -86,12 +88,23 @@ def beyond_period(wait_s: float, period_s: float) -> float:
     return max(0.0, wait_s - period_s)
 
 
-def answer_every(period_s: float, fallback_s: float) -> float:
+def answer_every(period_s: float, fallback_s: float, *, connection_s: float) -> float:
     """How often (seconds) a follower repeats an answer that acknowledges nothing new:
     :data:`ANSWER_EVERY_PERIODS` append periods, and at least four times per leader
     fallback timeout whatever the timing (a leader that hears from no majority for
-    that long steps down)."""
-    return min(ANSWER_EVERY_PERIODS * period_s, fallback_s / 4)
+    that long steps down), and three times per connection timeout (``connection_s``:
+    pysyncobj drops a connection that has read nothing for that long, and an idle
+    leader reads nothing else from a follower)."""
+    return min(ANSWER_EVERY_PERIODS * period_s, fallback_s / 4, connection_s / 3)
+
+
+def answered_within(period_s: float, fallback_s: float, *, connection_s: float) -> float:
+    """The longest gap (seconds) between two answers of an idle, live follower: an answer
+    goes out with an append, and an idle leader's appends come up to
+    :data:`IDLE_APPEND_PERIODS` periods apart, so a repeat due at :func:`answer_every`
+    leaves with the first append after it."""
+    return answer_every(period_s, fallback_s, connection_s=connection_s) \
+        + IDLE_APPEND_PERIODS * period_s
 
 
 class AnswerPacer:

@@ -254,7 +254,8 @@ class RaftSyncObj(PreVoteSyncObj):
         send = transport.send
         conf = self._SyncObj__conf
         answers = self._rs_answers = pacing.AnswerPacer(pacing.answer_every(
-            conf.appendEntriesPeriod, conf.leaderFallbackTimeout))
+            conf.appendEntriesPeriod, conf.leaderFallbackTimeout,
+            connection_s=conf.connectionTimeout))
 
         def stamped(node: Any, message: Any) -> Any:
             if type(message) is dict:
