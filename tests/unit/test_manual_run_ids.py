@@ -362,3 +362,29 @@ def test_a_node_answers_a_resume_with_the_count_the_state_recorded() -> None:
     assert missed.fire_count == 3
     assert sent.missed > 1_000_000  # the node's estimate
     assert answer["skipped_fire_times"] == 3
+
+
+def test_a_resume_that_finds_the_job_resumed_already_answers_none_skipped() -> None:
+    """Two clients resume the same job at once: both nodes read it paused and counted;
+    the second resume to apply changes nothing and says so."""
+    st = _cluster()
+    _put(st, {"every": "1s"})
+    cmd = _plan(st, T0 + S)
+    assert cmd is not None
+    _apply(st, cmd)
+    _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+
+    class _Raced(_Writes):
+        async def submit(self, cmd: Any, rid: Any = None) -> dict[str, Any]:
+            first = replace(cmd, at=T0 + 4 * S).written()
+            self.st.apply(first)  # the other client's resume applies first
+            return await super().submit(cmd, rid)
+
+    from raftsched.node.config.config import Limits
+    from raftsched.node.service.jobops import JobOps
+    from tests.unit.test_read_chunks import _Caught, _Replica
+
+    ops = JobOps(raft=_Replica(st), writes=_Raced(st), reads=_Caught(),  # type: ignore[arg-type]
+                 limits=Limits(), allowed_call_prefixes=lambda: None)
+    answer = asyncio.run(ops.resume({"id": "j1"}))
+    assert answer["skipped_fire_times"] == 0
