@@ -216,8 +216,10 @@ class Node(NodeAssembly):
                 if self.feed:
                     self.feed.effect(eff)
         except BaseException:
-            # The effects after the one that failed were not handed to the worker.
+            # The effects after the one that failed were not handled: the worker looks
+            # at every claim, and both loops look now, not at their next poll.
             self.worker.claims.look_at_all()
+            wake_worker = wake_leader = True
             raise
         finally:
             # Also when one effect's handling failed: a wake lost would leave a claim

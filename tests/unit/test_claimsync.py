@@ -18,7 +18,13 @@ from hypothesis import strategies as st_
 
 from raftsched.core import claims, runs
 from raftsched.core.commands import Start, StartItem
-from raftsched.core.effects import ClaimsReleased, Restored, RunAssigned, RunEnded
+from raftsched.core.effects import (
+    ClaimsReleased,
+    Restored,
+    RunAssigned,
+    RunEnded,
+    RunStarted,
+)
 from raftsched.core.items import ReleaseScope
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import RunState
@@ -54,7 +60,9 @@ def test_it_names_what_concerns_this_node_and_no_more() -> None:
     sync.note(RunEnded("k@1", "cancelled", "n1", ""), held)
     sync.note(ClaimsReleased("n1", ["d@1", "e@1"], "lost"), held)
     sync.note(ClaimsReleased("n2", ["f@1", "g@1"], "lost"), held)
-    assert sync.take(0.1) == {"a@1", "h@1", "k@1", "d@1", "e@1", "f@1"}
+    sync.note(RunStarted("s@1", "n1", 8), held)  # not held here (another node's)
+    sync.note(RunStarted("w@1", "n1", 9), {**held, "w@1": None})  # one it waits on
+    assert sync.take(0.1) == {"a@1", "h@1", "k@1", "d@1", "e@1", "f@1", "w@1"}
     assert sync.take(0.2) == set()
     assert (sync.full_looks, sync.partial_looks) == (1, 2)
 
@@ -122,10 +130,15 @@ def _state() -> ClusterState:
     return state
 
 
-def _feed(pool: WorkerPool, state: ClusterState) -> None:
+def _feed(pool: WorkerPool, state: ClusterState) -> bool:
+    """Hand the applies' effects to ``pool`` as the node does; whether one was a
+    restore (its next look is a full one)."""
+    restored = False
     for eff in state.take_effects():
         if type(eff) in claimsync.CLAIM_NEWS:
             pool.claims.note(eff, pool.local)
+            restored = restored or isinstance(eff, Restored)
+    return restored
 
 
 def _look(pool: WorkerPool, state: ClusterState, mono: float) -> tuple[set[Any], set[str]]:
@@ -158,6 +171,8 @@ def test_looking_at_the_named_runs_finds_what_looking_at_all_finds(
     at = T0
     sched = T0
     mono = 0.0
+    late = False  # a step looked before the effects of its change arrived
+    restores = 0
     assert _look(full, state, mono) == _look(inc, state, mono)
     for op, pick in steps:
         at += 10
@@ -186,12 +201,18 @@ def test_looking_at_the_named_runs_finds_what_looking_at_all_finds(
         elif op in ("start", "start_stale"):
             # This node starts a run it waits on (its own start commit); or an earlier
             # process of this node's start of it commits now (the worker forgets it).
-            waiting = sorted(r for r, loc in full.local.items()
-                             if loc.phase is Phase.WAITING)
+            waiting = sorted(
+                r for r, loc in full.local.items()
+                if loc.phase is Phase.WAITING and (other := inc.local.get(r)) is not None
+                and other.phase is Phase.WAITING and other.fence == loc.fence
+                and (cur := state.table.runs.get(r)) is not None
+                and cur.state == "assigned" and cur.node == "n1" and cur.fence == loc.fence)
             if waiting:
                 run_id = waiting[pick % len(waiting)]
                 fence = full.local[run_id].fence
-                state.apply(Start(node="n1", items=(StartItem(run_id, fence),), at=at))
+                reply = state.apply(Start(node="n1", items=(StartItem(run_id, fence),),
+                                          at=at))
+                assert reply["results"][0][0], reply  # accepted
                 if op == "start":
                     for pool in (full, inc):
                         pool.local[run_id].phase = Phase.STARTED
@@ -203,20 +224,22 @@ def test_looking_at_the_named_runs_finds_what_looking_at_all_finds(
                     pool.local.pop(run.run_id, None)
         elif op == "restore":
             state.effects.append(Restored())
-        mono += 0.01  # well inside FULL_SCAN_S: the named runs alone, mostly
-        early = pick % 4 == 0
-        if early:
-            # The step reads before the apply's effects reach the node: the next
-            # step, after them, finds what the full look found.
+        mono += 0.01  # well inside FULL_SCAN_S: the named runs alone, but after a restore
+        if pick % 4 == 0:
+            # The step reads before this apply's effects reach the node (they stay
+            # queued, maybe past more changes): what it misses, a later step finds.
+            late = True
+            _look(full, state, mono)
             _look(inc, state, mono)
-        _feed(inc, state)
+            continue
+        restores += _feed(inc, state)
         seen_full, seen_inc = _look(full, state, mono), _look(inc, state, mono)
-        if not early:
+        if not late:
             assert seen_inc == seen_full, (op, seen_inc, seen_full)
         assert _known(inc) == _known(full), op
-    # Every look after a change but a restore looked at the named runs only.
-    assert inc.claims.partial_looks == sum(
-        (op != "restore") + (pick % 4 == 0) for op, pick in steps)
+        late = False
+    # A full look first and after each restore; every other one looked at the named runs.
+    assert inc.claims.full_looks == 1 + restores
     assert full.claims.partial_looks == 0
 
 

@@ -89,12 +89,13 @@ def beyond_period(wait_s: float, period_s: float) -> float:
 
 
 def answer_every(period_s: float, fallback_s: float, *, connection_s: float) -> float:
-    """How often (seconds) a follower repeats an answer that acknowledges nothing new:
-    :data:`ANSWER_EVERY_PERIODS` append periods, and at least four times per leader
-    fallback timeout whatever the timing (a leader that hears from no majority for
-    that long steps down), and three times per connection timeout (``connection_s``:
-    pysyncobj drops a connection that has read nothing for that long, and an idle
-    leader reads nothing else from a follower)."""
+    """How often (seconds) a follower's repeat of an answer that acknowledges nothing
+    new falls due: every :data:`ANSWER_EVERY_PERIODS` append periods, and at least four
+    times per leader fallback timeout whatever the timing (a leader that hears from no
+    majority for that long steps down) and three times per connection timeout
+    (``connection_s``: pysyncobj drops a connection that has read nothing for that long,
+    and an idle leader reads nothing else from a follower). It leaves with the next
+    append: :func:`answered_within` is the longest gap."""
     return min(ANSWER_EVERY_PERIODS * period_s, fallback_s / 4, connection_s / 3)
 
 
