@@ -393,4 +393,22 @@ def test_an_idle_nodes_rare_heartbeats_are_not_late_once_contact_counts() -> Non
     ldr.heartbeat("n3")
     ldr.clock.advance(lease.contact_heartbeat_ms(TIMEOUT_MS) / 1000)
     ldr.heartbeat("n3")
-    assert late == [0.0]
+    assert late == []  # (once contact counts, no heartbeat is weighed for lateness)
+
+
+def test_once_contact_counts_no_heartbeat_is_read_as_late() -> None:
+    """A node that held a run at its last heartbeat, then held nothing here (its worker
+    empty: it stopped heartbeating, living by its Raft answers), heartbeats again when
+    new runs come: the leader cannot know it was idle between, and read that heartbeat
+    as seconds late, throttling admission at every big instant (W5, 2026-12-06)."""
+    ldr = Leader()
+    late: list[float] = []
+    ldr.loop.admission.observe = (  # type: ignore[method-assign]
+        lambda **kw: late.append(kw["heartbeat_late_s"]))
+    st = ldr.raft.st
+    put(st, "j", at=T0 - 5 * S)
+    run_fire(st, "j", T0, node="n3", at=T0)
+    ldr.heartbeat("n3")  # holding: the busy period is expected next
+    ldr.clock.advance(5.0)
+    ldr.heartbeat("n3")
+    assert late == []

@@ -97,8 +97,15 @@ class PeerLiveness:
         mono = self.clock.monotonic()
         prev = self.last_seen.get(node_id)
         expected = self._next_beat_s.get(node_id)
-        if prev is not None and expected is not None and self.active:
-            # Heartbeats landing later than their period: a self-fence is near.
+        if prev is not None and expected is not None and self.active \
+                and not self.contact.enabled(mono):
+            # Heartbeats landing later than their period: a self-fence is near. Not
+            # once idle nodes live by their Raft contact: a node then stops heartbeating
+            # the moment its worker holds nothing, which the state may not show yet, so
+            # the leader cannot know the period it was in; read as late, its next
+            # heartbeat throttled every big instant (W5's lag p99 0.07 -> 0.7 s,
+            # bench/results/2026-12-06-w5-bisect.md). Admission still reads commits,
+            # follower lag, the Raft queue and tick gaps.
             self.admission.observe(heartbeat_late_s=mono - prev - expected)
         self.last_seen[node_id] = mono
         self.last_hb[node_id] = at_ms
