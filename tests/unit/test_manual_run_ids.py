@@ -194,6 +194,15 @@ def _paused_over_a_missed_range(st: ClusterState) -> str:
     return run_id_of("j1", T0 + S)
 
 
+def _paused_after_its_first_run(st: ClusterState) -> None:
+    """An every-second job whose first fire time (T0 + 1 s) was planned, then paused."""
+    _put(st, {"every": "1s"})
+    cmd = _plan(st, T0 + S)
+    assert cmd is not None
+    _apply(st, cmd)
+    _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+
+
 def test_a_resume_covers_a_paused_fire_time_whose_id_a_kept_record_holds() -> None:
     st = _cluster()
     held = _paused_over_a_missed_range(st)
@@ -231,11 +240,7 @@ def test_a_v6_resume_records_its_range_even_when_the_node_counted_none() -> None
     for v, expected in ((HELD_IDS_VERSION, [(T0 + 2 * S, T0 + 4 * S, 3)]),
                         (COMMAND_VERSION, [])):
         st = _cluster()
-        _put(st, {"every": "1s"})
-        cmd = _plan(st, T0 + S)
-        assert cmd is not None
-        _apply(st, cmd)
-        _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+        _paused_after_its_first_run(st)
         st.take_effects()
         _apply(st, {"op": "resume", "at": T0 + 4 * S, "job": "j1", "catch_up": False,
                     "missed": 0, "v": v})
@@ -351,11 +356,7 @@ def test_a_node_answers_a_resume_with_the_count_the_state_recorded() -> None:
     """The node counts with its own clock before the leader stamps the resume (here a
     clock years past the pause): a v6 answer says what was recorded, 2..4 s."""
     st = _cluster()
-    _put(st, {"every": "1s"})
-    cmd = _plan(st, T0 + S)
-    assert cmd is not None
-    _apply(st, cmd)
-    _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+    _paused_after_its_first_run(st)
     st.take_effects()
     sent, answer = _resume_through_the_node(st)
     (missed,) = [e for e in st.take_effects() if isinstance(e, RangeMissed)]
@@ -368,11 +369,7 @@ def test_a_resume_that_finds_the_job_resumed_already_answers_none_skipped() -> N
     """Two clients resume the same job at once: both nodes read it paused and counted;
     the second resume to apply changes nothing and says so."""
     st = _cluster()
-    _put(st, {"every": "1s"})
-    cmd = _plan(st, T0 + S)
-    assert cmd is not None
-    _apply(st, cmd)
-    _apply(st, {"op": "pause", "at": T0 + S, "job": "j1"})
+    _paused_after_its_first_run(st)
 
     class _Raced(_Writes):
         async def submit(self, cmd: Any, rid: Any = None) -> dict[str, Any]:
