@@ -385,3 +385,35 @@ def test_a_resume_that_finds_the_job_resumed_already_answers_none_skipped() -> N
                  limits=Limits(), allowed_call_prefixes=lambda: None)
     answer = asyncio.run(ops.resume({"id": "j1"}))
     assert answer["skipped_fire_times"] == 0
+
+
+def _run_through(st: ClusterState, run_id: str) -> None:
+    """Place (if pending), start and finish ``run_id``: it leaves the live runs for the
+    history."""
+    run = st.runs[run_id]
+    at = T0 + S
+    if run.state == "pending":
+        _apply(st, {"op": "plan", "at": at, "term": 1, "leader": "n1",
+                    "place": [[run_id, "n2"]]})
+    run = st.runs[run_id]
+    _apply(st, {"op": "start", "at": at, "node": run.node, "items": [[run_id, run.fence]]})
+    _apply(st, {"op": "finish", "at": at, "node": run.node,
+                "items": [[run_id, run.fence, "succeeded", 0, "", ""]]})
+
+
+def test_the_filter_is_rebuilt_from_a_live_run_alone_and_from_history_alone() -> None:
+    """A restore asks only the jobs with a kept record (a live run or a history): one
+    holding its instant ahead in a live run and no history, and one holding it in its
+    history and no live run, are each found."""
+    live = _cluster()
+    _put(live, {"every": "2s"})
+    ahead = _apply(live, {"op": "trigger", "at": T0 + 5 * S, "job": "j1",
+                          "force": False})["run_id"]
+    assert ahead in live.runs and "j1" not in live.history
+    kept = _stamped_ahead_state()
+    for run_id in list(kept.jobs["j1"].active):
+        _run_through(kept, run_id)
+    assert not kept.jobs["j1"].active and kept.history["j1"]
+    for st in (live, kept):
+        assert st.held_ahead == {"j1": T0 + 5 * S}
+        assert decode_state(encode_state(st)).held_ahead == st.held_ahead
