@@ -24,7 +24,7 @@ from raftsched.core.effects import (
 )
 from raftsched.core.errors import Conflict, InvalidArgument
 from raftsched.core.items import ReleaseScope
-from raftsched.core.records import DEAD_KEPT, NodeRecord
+from raftsched.core.records import ACTIVE, DEAD_KEPT, NodeRecord
 
 #: The reason every run released by a death certificate records (a contract).
 CERTIFIED = "node crashed (certified)"
@@ -145,9 +145,13 @@ def apply_transfer(st: StateData, cmd: Transfer) -> dict[str, Any]:
     """Ask the leader (whichever it is when this applies) to hand leadership to
     ``to`` (a node id) or, when ``to`` is None, to the most caught-up peer."""
     to = cmd.to
-    if to is not None and to not in st.nodes:
+    # An active member counts before its first heartbeat has committed: right after a
+    # cluster starts, an operator's transfer to a configured node was refused as unknown.
+    member = st.members.get(to) if to is not None else None
+    if to is not None and to not in st.nodes and (member is None or member.status != ACTIVE):
         raise InvalidArgument("to", "must be the id of a node of the cluster, or null")
-    if to is not None and (st.nodes[to].draining or members.is_removed(st, to)):
+    node = st.nodes.get(to) if to is not None else None
+    if to is not None and ((node is not None and node.draining) or members.is_removed(st, to)):
         raise Conflict(to, "the node is draining: it would hand leadership away again")
     st.effects.append(TransferAsked(to, st.leader.term))
     return {"ok": True, "from": st.leader.node, "to": to, "term": st.leader.term}

@@ -70,3 +70,19 @@ def test_membership_survives_a_snapshot_and_old_snapshots_have_none():
     assert {k: v.to_dict() for k, v in back.members.items()} == \
         {k: v.to_dict() for k, v in st.members.items()}
     assert decode_state(encode_state(ClusterState())).members == {}
+
+
+def test_a_transfer_to_a_member_before_its_first_heartbeat_is_taken_and_unknown_ids_are_not():
+    # Right after a cluster starts, a member's first heartbeat may not have committed
+    # yet; an operator's transfer to it was refused as "not a node of the cluster".
+    st = ClusterState()
+    assert st.apply_map({"op": "transfer", "to": "n2", "at": 1})["error"]["code"] == \
+        "invalid_argument"
+    st = seeded()
+    assert "n2" not in st.nodes
+    assert st.apply_map({"op": "transfer", "to": "n2", "at": 2})["ok"]
+    refused = st.apply_map({"op": "transfer", "to": "n9", "at": 3})
+    assert refused["error"]["code"] == "invalid_argument" and "to" in refused["error"]["message"]
+    member(st, "remove", "n2", raft="127.0.0.1:7002", api="127.0.0.1:7102", at=4)
+    assert st.apply_map({"op": "transfer", "to": "n2", "at": 5})["error"]["code"] in \
+        ("invalid_argument", "conflict")
