@@ -21,6 +21,7 @@ line), to explain the RSS figure.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from typing import Any
@@ -36,6 +37,8 @@ TICK_JOBS = 10
 #: Writer threads of the snapshot phase (one API connection each: a connection is
 #: served one request at a time).
 WRITERS = 16
+#: How often a restart's figures are polled (seconds).
+POLL_S = 0.02
 
 
 def far_spec(i: int) -> dict[str, Any]:
@@ -140,8 +143,10 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         stop_s = c.terminate_all(60)
         t0 = time.monotonic()
         c.start_all()
+        for n in c.ids:
+            _api_accepts(c, n, t0)
         status_s = wait_until(lambda: _status_ok(c) and time.monotonic() - t0, 600,
-                              "status after restart", 0.1)
+                              "status after restart", POLL_S)
         leader = c.wait_leader(120)
 
         def all_jobs() -> float | None:
@@ -229,7 +234,7 @@ def run_w4(ctx: Ctx, steps: list[int] | None = None, snap_budget: float | None =
         + ["RSS/job B after (mean of nodes)"], restart_rows))
     res.tables.append((
         "restart of one follower (SIGTERM, start again; the other two go on)",
-        ["N", "node", "SIGTERM exit s", "status answers s",
+        ["N", "node", "SIGTERM exit s", "API port accepts s", "status answers s",
          "consistent list_jobs on it, total == N s", "RSS MB after"], one_rows))
     res.tables.append((
         "journal replay check: tick-probe run records before the restart vs after it "
@@ -277,18 +282,32 @@ def _restart_one(c: BenchCluster, n: int) -> list[str]:
     stop_s = c.terminate(nid, 60)
     t0 = time.monotonic()
     c.start(nid)
+    port_s = _api_accepts(c, nid, t0)
     status_s = wait_until(lambda: c.status(nid, timeout=2)["leader"] is not None
-                          and time.monotonic() - t0, 600, f"status of {nid}", 0.1)
+                          and time.monotonic() - t0, 600, f"status of {nid}", POLL_S)
 
     def listed() -> float | None:
         with c.client([nid], timeout=60) as cl:
             if cl.list_jobs(prefix="far-", limit=1)["total"] == n:
                 return time.monotonic() - t0
         return None
-    jobs_s = wait_until(listed, 600, f"all jobs on {nid}", 0.1)
+    jobs_s = wait_until(listed, 600, f"all jobs on {nid}", POLL_S)
     rss = c.rss_kb(nid)
-    return [fmt(n), nid, fmt(stop_s, 2), fmt(status_s, 2), fmt(jobs_s, 2),
+    return [fmt(n), nid, fmt(stop_s, 2), fmt(port_s, 2), fmt(status_s, 2), fmt(jobs_s, 2),
             fmt(rss / 1024 if rss else None)]
+
+
+def _api_accepts(c: BenchCluster, nid: str, t0: float) -> float:
+    """Seconds since ``t0`` until node ``nid``'s API port accepts a connection, polled
+    every POLL_S: where a restart's start-up ends (the port opens before the state is
+    loaded). The reads are asked only from then, so none meets a refused connection,
+    after which a one-address client pauses 0.5 s (``wire/client.py``)."""
+    host, port = c.api[nid].rsplit(":", 1)
+
+    def accepts() -> float | None:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return time.monotonic() - t0
+    return float(wait_until(accepts, 600, f"{nid}'s API port", POLL_S))
 
 
 def _status_ok(c: BenchCluster) -> bool:
