@@ -218,6 +218,22 @@ def test_a_job_naming_no_spec_row_is_refused(index: Any) -> None:
 
 
 @pytest.mark.usefixtures("shared")
+def test_a_row_takes_the_previous_rows_times_only_when_they_are_the_same_exact_ints() -> None:
+    # JobTable.record reuses the previous row's time objects when equal (rows put by one
+    # command repeat them); an equal bool or float must keep its own type, as share() does.
+    d = _doc(_shared_blob())
+    d["jobs"][1][3:7] = d["jobs"][0][3:7]
+    d["jobs"][2][3:7] = [True, 1.0, d["jobs"][0][5], None]
+    d["jobs"][0][3:5] = [1, 1]
+    d["jobs"][1][3:5] = [1, 1]
+    jobs = [r for _, r in sorted(decode_state(packb(d)).jobs.items())]
+    times = [(r.created_ms, r.updated_ms, r.hwm_ms, r.next_ms) for r in jobs]
+    assert all(a is b for a, b in zip(times[0], times[1], strict=True))
+    assert [type(t) for t in times[2]] == [bool, float, int, type(None)]
+    assert times[2][:2] == (True, 1.0) and times[2][2] is times[0][2]
+
+
+@pytest.mark.usefixtures("shared")
 def test_version_4_without_its_spec_rows_is_refused() -> None:
     d = _doc(_shared_blob())
     del d["specs"]
