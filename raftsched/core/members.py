@@ -47,6 +47,14 @@ def active(st: StateData) -> list[MemberRecord]:
     return [m for _, m in sorted(st.members.items()) if m.status == ACTIVE]
 
 
+def is_known(st: StateData, node_id: str) -> bool:
+    """Whether the state knows ``node_id`` as a node of the cluster: it has sent a
+    heartbeat, or it is an active member whose first heartbeat has not committed yet
+    (right after a cluster starts)."""
+    member = st.members.get(node_id)
+    return node_id in st.nodes or (member is not None and member.status == ACTIVE)
+
+
 def is_removed(st: StateData, node_id: str) -> bool:
     rec = st.members.get(node_id)
     return rec is not None and rec.status == REMOVED

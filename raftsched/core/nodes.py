@@ -24,7 +24,7 @@ from raftsched.core.effects import (
 )
 from raftsched.core.errors import Conflict, InvalidArgument
 from raftsched.core.items import ReleaseScope
-from raftsched.core.records import ACTIVE, DEAD_KEPT, NodeRecord
+from raftsched.core.records import DEAD_KEPT, NodeRecord
 
 #: The reason every run released by a death certificate records (a contract).
 CERTIFIED = "node crashed (certified)"
@@ -147,8 +147,7 @@ def apply_transfer(st: StateData, cmd: Transfer) -> dict[str, Any]:
     to = cmd.to
     # An active member counts before its first heartbeat has committed: right after a
     # cluster starts, an operator's transfer to a configured node was refused as unknown.
-    member = st.members.get(to) if to is not None else None
-    if to is not None and to not in st.nodes and (member is None or member.status != ACTIVE):
+    if to is not None and not members.is_known(st, to):
         raise InvalidArgument("to", "must be the id of a node of the cluster, or null")
     node = st.nodes.get(to) if to is not None else None
     if to is not None and ((node is not None and node.draining) or members.is_removed(st, to)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from raftsched.core import queries
+from raftsched.core import members, queries
 from raftsched.core.commands import Drain, Transfer
 from raftsched.core.errors import InvalidArgument, NotReady
 from raftsched.node.service import membercheck
@@ -68,6 +68,11 @@ class ClusterOps:
 
     async def transfer_leader(self, args: dict[str, Any]) -> Any:
         to = None if args.get("to") is None else self._node_arg(args, "to")
+        if to is not None and not self.raft.read(lambda st: members.is_known(st, to)):
+            # A configured node the state does not know yet: the first leader has not
+            # committed the membership (nor the node a heartbeat). Retried, not refused.
+            raise NotReady(f"node {to} is not in the cluster's state yet (the first leader "
+                           "commits the membership); try again in a moment")
         reply = await self.writes.submit(Transfer(to=to, at=0), args.get("rid"))
         return {"from": reply["from"], "to": reply["to"], "term": reply["term"]}
 
