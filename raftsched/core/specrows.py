@@ -245,6 +245,5 @@ class JobTable:
         hwm = ph if type(hwm) is int is type(ph) and hwm == ph else share(hwm)
         nxt = pn if type(nxt) is int is type(pn) and nxt == pn else share(nxt)
         self.times = (created, updated, hwm, nxt)
-        return JobRecord(spec, version=version, created_ms=created, updated_ms=updated,
-                         hwm_ms=hwm, next_ms=nxt, active=active,
-                         last=tuple(map(share, last)) if last else None)
+        return JobRecord.restored(spec, version, created, updated, hwm, nxt, active,
+                                  tuple(map(share, last)) if last else None)

@@ -31,6 +31,7 @@ from raftsched.core.codec import (
 from raftsched.core.errors import ProtocolError
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
+from raftsched.core.records import JobRecord
 from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS, same_but_id, with_id
 from tests.support.budget import examples
 from tests.unit.test_codec import SPECS, T0, _log, _replay
@@ -231,6 +232,21 @@ def test_a_row_takes_the_previous_rows_times_only_when_they_are_the_same_exact_i
     assert all(a is b for a, b in zip(times[0], times[1], strict=True))
     assert [type(t) for t in times[2]] == [bool, float, int, type(None)]
     assert times[2][:2] == (True, 1.0) and times[2][2] is times[0][2]
+
+
+@pytest.mark.parametrize("active", [None, [], ["j@1", "j@2"]], ids=repr)
+def test_a_restored_job_record_is_the_one_init_makes(active: Any) -> None:
+    # JobRecord.restored skips __init__ for speed: every slot must still be set, as
+    # __init__ sets it (a slot added to one and not the other fails here).
+    spec = JobSpec.from_spec(SPECS[0])
+    args = dict(version=3, created_ms=1, updated_ms=2, hwm_ms=3, next_ms=None, active=active,
+                last=("j@0", "succeeded", "", 4))
+    made, restored = JobRecord(spec, **args), JobRecord.restored(spec, *args.values())
+    for name in JobRecord.__slots__:
+        assert getattr(restored, name) == getattr(made, name), name
+        assert type(getattr(restored, name)) is type(getattr(made, name)), name
+    if active:
+        assert restored.active is not active  # its own list, as __init__ copies it
 
 
 @pytest.mark.usefixtures("shared")
