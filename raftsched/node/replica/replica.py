@@ -140,6 +140,11 @@ class Replica:
         try:
             with gcwatch.paused():
                 state = decode_state(bytes(data))
+                # The restored state lives as long as the process: out of the
+                # collector's reach before it is back on, whose first young collection
+                # walked every object the decode made (0.3 s of a 1M-job restart,
+                # bench/results/2026-12-06-restart-rows.md).
+                gc.freeze()
         except Exception as exc:  # noqa: BLE001 - refuse to go on from a partial state
             # pysyncobj counts the snapshot's entries applied whatever happens here: a
             # node that went on would serve (and snapshot) an empty state.
@@ -148,8 +153,6 @@ class Replica:
         with self._lock:
             self._state = state
             self.applied_pos = None  # pysyncobj sets its own once the snapshot is in
-        # The restored state lives as long as the process: keep the collector off it.
-        gc.freeze()
         try:
             self.on_effects([Restored()])
         except Exception:  # noqa: BLE001
