@@ -258,6 +258,13 @@ class RaftSyncObj(PreVoteSyncObj):
             connection_s=conf.connectionTimeout))
 
         def stamped(node: Any, message: Any) -> Any:
+            if node not in self._SyncObj__connectedNodes:
+                # Not yet, or no longer: with a secret, an outgoing connection is open
+                # before its key exchange ends, and pysyncobj sends on it. A message
+                # sent then (a pre-vote ask or a vote request of a restarted node) has
+                # no key, and the peer drops the connection for it: a reconnect later
+                # (connectionRetryTime; seen at a 1M restart).
+                return False
             if type(message) is dict:
                 kind = message.get("type")
                 if kind == "append_entries":
