@@ -122,6 +122,8 @@ def _batches(draw: Any) -> list[Any]:
         {"id": "at2", "schedule": {"at": T0 + 20 * S}, "command": ["true"]},
         {"id": "e", "schedule": {"every": "1m"}, "command": ["true"],
          "env": {"A": {"keep": True}, "B": "x"}},
+        # Valid for every id but "a": one copy of it may be the template of another.
+        {"id": "d", "after": ["a"], "command": ["true"]},
     ]
     out: list[Any] = []
     for _ in range(draw(hs.integers(1, 12))):
@@ -131,7 +133,7 @@ def _batches(draw: Any) -> list[Any]:
             # Field names with ": " in them: an error quotes them before its own ": ".
             spec[draw(hs.sampled_from(["timeout", "jitter", "paused", "tags", "overlap",
                                        "retries", "cron", "a: b", "x:"]))] = draw(_VALUES)
-        if draw(hs.integers(0, 5)) == 0:
+        if draw(hs.integers(0, 5)) == 0 and "schedule" in spec:
             spec["schedule"] = dict(spec["schedule"], **{"k: v": 1})
         if draw(hs.integers(0, 9)) == 0:
             spec = draw(hs.sampled_from([None, [], "spec", {"id": "x"}]))
@@ -169,3 +171,24 @@ def test_copies_of_a_template_that_differ_in_a_value_s_type_are_each_read() -> N
         "CheckedSpec", "CheckedSpec", "InvalidSpec", "CheckedSpec", "InvalidSpec"]
     assert checked[1].spec.timeout_ms == 60_000  # type: ignore[union-attr]
     assert checked[3].spec.paused is True  # type: ignore[union-attr]
+
+
+def test_a_template_is_not_taken_for_a_copy_that_would_run_after_itself() -> None:
+    dep = {"id": "b", "after": ["a"], "command": ["true"]}
+    # In one batch, and in a later command (the templates outlive a command: a client
+    # putting one job at a time, a restart replaying such puts).
+    batch = specprep.check_specs([dep, dict(dep, id="a")], T0)
+    later = specprep.check_specs([dict(dep, id="a")], T0)
+    for found in (batch[1], later[0]):
+        assert isinstance(found, specprep.InvalidSpec), found
+        assert str(found) == "after[0]: a job cannot run after itself"
+    assert isinstance(batch[0], specprep.CheckedSpec)
+
+
+def test_a_spec_read_through_an_earlier_command_s_template_is_the_one_read_in_full() -> None:
+    first = specprep.check_specs([_template(7)], T0)[0]
+    again = specprep.check_specs([dict(_template(7), id="other")], T0)[0]
+    full = specprep.prepare(dict(_template(7), id="other"), T0)
+    assert isinstance(first, specprep.CheckedSpec) and isinstance(again, specprep.CheckedSpec)
+    assert again.spec == full.spec and again.next_ms == full.next_ms
+    assert again.spec.id == "other" and again.spec.call is first.spec.call
