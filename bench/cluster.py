@@ -94,6 +94,19 @@ class BenchCluster(LoopbackCluster):
                          cluster_extra={"durability": durability} if durability else None)
         _LIVE.append(self)
 
+    def start_tree(self, nid: str, tree: str, env: dict[str, str] | None = None) -> None:
+        """Start ``nid`` from the source tree ``tree`` (one node's restart, A/B).
+
+        The working directory is set as well as ``PYTHONPATH``: ``python -m raftsched``
+        puts its working directory first on ``sys.path``, so a node started with only
+        another tree's ``PYTHONPATH`` still ran this tree (two of the restart A/Bs in
+        ``results/2026-12-06-restart-rows.md`` compared one tree with itself so)."""
+        cwd, self.cwd = self.cwd, tree
+        try:
+            self.start(nid, {**(env or {}), "PYTHONPATH": tree})
+        finally:
+            self.cwd = cwd
+
     def kill(self, nid: str) -> int:  # type: ignore[override]
         """SIGKILL ``nid``; returns the kill time (epoch ms, taken just before the signal)."""
         return int(super().kill(nid) * 1000)
