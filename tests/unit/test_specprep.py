@@ -192,3 +192,13 @@ def test_a_spec_read_through_an_earlier_command_s_template_is_the_one_read_in_fu
     assert isinstance(first, specprep.CheckedSpec) and isinstance(again, specprep.CheckedSpec)
     assert again.spec == full.spec and again.next_ms == full.next_ms
     assert again.spec.id == "other" and again.spec.call is first.spec.call
+
+
+def test_a_template_key_tells_types_apart_and_refuses_what_it_cannot_tell() -> None:
+    key = specprep._template_key
+    assert key({"id": "a", "t": 1}) == key({"id": "b", "t": 1})
+    assert len({key({"id": "a", "t": v}) for v in (1, 1.0, True, "1", None, [1])}) == 6
+    # A tuple (never from the wire; a list there) and a str subclass: read in full.
+    assert key({"id": "a", "tags": ("x",)}) is None
+    assert key({"id": "a", "call": type("S", (str,), {})("m:f")}) is None
+    assert key({"id": "a", "n": 2 ** 70}) is None and key(["id"]) is None
