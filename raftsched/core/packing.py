@@ -17,6 +17,14 @@ def packb(obj: Any) -> bytes:
     return msgpack.packb(obj, use_bin_type=True)
 
 
+def packb_exact(obj: Any) -> bytes:
+    """``obj`` as msgpack with exact types, for comparing values by their bytes: equal
+    bytes are equal values of equal types (``1``, ``1.0`` and ``True`` differ). A
+    tuple or a subclass of a packed type raises :class:`TypeError`, an int past 64 bits
+    :class:`OverflowError`."""
+    return msgpack.packb(obj, use_bin_type=True, strict_types=True)
+
+
 def unpackb(data: bytes, *, max_len: int | None = None) -> Any:
     """Decode msgpack; every failure (truncated, nested too deep, bad types) becomes a
     :class:`ProtocolError`."""

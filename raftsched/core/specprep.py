@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import msgpack
-
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JOB_ID_RE, JobSpec
+from raftsched.core.packing import packb_exact
 from raftsched.core.specrows import with_id
 from raftsched.core.trigger import Schedule, next_fire
 
@@ -122,8 +121,7 @@ def _template_key(raw: Any) -> bytes | None:
     if type(raw) is not dict or "id" not in raw:
         return None
     try:
-        return msgpack.packb({k: v for k, v in raw.items() if k != "id"},
-                             use_bin_type=True, strict_types=True)
+        return packb_exact({k: v for k, v in raw.items() if k != "id"})
     except (TypeError, ValueError, OverflowError):
         return None
 
