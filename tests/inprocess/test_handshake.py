@@ -19,15 +19,6 @@ from tests.support.raftcluster import Cluster
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def _sync(c: Cluster, nid: str):
     return c.nodes[nid].sync
 

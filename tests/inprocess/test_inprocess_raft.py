@@ -26,15 +26,6 @@ from tests.support.raftcluster import T0, Cluster, establish, heartbeat
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = Cluster(tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
-
-
 def test_commands_submitted_on_any_replica_apply_in_one_order_everywhere(cluster) -> None:
     c = cluster
     establish(c)
