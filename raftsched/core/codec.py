@@ -23,7 +23,13 @@ from raftsched.core.machine import ClusterState
 from raftsched.core.notifydata import BODY_VERSION as NOTIFY_VERSION
 from raftsched.core.notifydata import NotifySpec, NotifyState
 from raftsched.core.packing import packb, unpackb
-from raftsched.core.records import Leadership, MemberRecord, NodeRecord, RunRecord
+from raftsched.core.records import (
+    Leadership,
+    MemberRecord,
+    NodeRecord,
+    RunRecord,
+    stored_spec,
+)
 from raftsched.core.specrows import (
     SHARED_SPECS_MIN_JOBS,
     Interner,
@@ -114,10 +120,10 @@ def encode_state(st: ClusterState) -> bytes:
     specs, jobs = job_rows(st.jobs, shared)
     if shared:
         version = SNAPSHOT_VERSION
-    elif st.backfills or any(uses_v3(r.spec) for r in st.jobs.values()):
+    elif st.backfills or any(uses_v3(stored_spec(r)) for r in st.jobs.values()):
         version = DEPS_SNAPSHOT_VERSION
-    elif any(r.spec.schedule.start_ms is not None or r.spec.schedule.end_ms is not None
-             for r in st.jobs.values()):
+    elif any(stored_spec(r).schedule.start_ms is not None
+             or stored_spec(r).schedule.end_ms is not None for r in st.jobs.values()):
         version = BOUNDED_SNAPSHOT_VERSION
     else:
         version = UNBOUNDED_SNAPSHOT_VERSION
@@ -160,8 +166,9 @@ def _notify_snapshot(st: ClusterState) -> dict[str, Any]:
     as they were): the cluster default, pending deliveries, delivery status per run,
     and the jobs' notify specs (beside the spec rows, whose shape older readers know)."""
     data = st.notify.to_snapshot()
-    specs = [[job_id, r.spec.notify.to_spec()] for job_id, r in sorted(st.jobs.items())
-             if r.spec.notify is not None]
+    # The few jobs with a notify spec are picked before sorting: not a million ids.
+    specs = sorted([job_id, n.to_spec()] for job_id, r in st.jobs.items()
+                   if (n := stored_spec(r).notify) is not None)
     if data is None and not specs:
         return {}
     return {"notify": dict(data or {"v": NOTIFY_VERSION}, jobs=specs)}
@@ -195,8 +202,8 @@ def _http_snapshot(st: ClusterState) -> dict[str, Any]:
     """The ``http`` key: the HTTP jobs' ``http`` tables, beside the spec rows (whose
     shape every reader knows: such a job's row has neither command nor call). Only
     when a job has one: a snapshot without HTTP jobs is byte for byte what it was."""
-    specs = [[job_id, r.spec.http.to_spec()]
-             for job_id, r in sorted(st.jobs.items()) if r.spec.http is not None]
+    specs = sorted([job_id, h.to_spec()] for job_id, r in st.jobs.items()
+                   if (h := stored_spec(r).http) is not None)
     return {"http": specs} if specs else {}
 
 
@@ -249,7 +256,7 @@ def _decode_state(blob: bytes) -> ClusterState:
             table = JobTable(specs, intern)
             for _ in range(up.read_array_header()):
                 rec = table.record(up.unpack())
-                st.jobs[rec.spec.id] = rec
+                st.jobs[rec.job_id] = rec
         elif key == "runs":
             for _ in range(up.read_array_header()):
                 run = _run_from_row(up.unpack(), st, intern)
@@ -324,7 +331,7 @@ def _run_from_row(row: list[Any], st: ClusterState, intern: Interner) -> RunReco
 def _shared_id(st: ClusterState, job_id: Any) -> Any:
     """The job's own id string when the job exists (a fresh copy costs ~60 bytes)."""
     rec = st.jobs.get(job_id) if isinstance(job_id, str) else None
-    return rec.spec.id if rec is not None else job_id
+    return rec.job_id if rec is not None else job_id
 
 
 def _shared_reply(st: ClusterState, reply: Any) -> Any:

@@ -8,9 +8,11 @@ public (specs, events, statistics) is a frozen dataclass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from raftsched.core.model import JobSpec, RunState
+from raftsched.core.specclone import with_id
 
 #: A run keeps its last few transitions; enough to tell its story, bounded.
 MAX_TRANSITIONS = 16
@@ -25,6 +27,8 @@ class JobRecord:
     """One job in the state.
 
     :var spec: the validated spec (``spec.paused`` is the paused flag).
+    :var job_id: ``spec.id``, kept beside it: a restored record may make its spec only
+        when it is first read (:class:`LazyJobRecord`).
     :var version: incremented by every accepted put/pause/resume.
     :var created_ms: when the job was first put.
     :var updated_ms: when it was last changed.
@@ -37,13 +41,14 @@ class JobRecord:
     :var last: ``(run_id, state, reason, at_ms)`` of the latest terminal outcome, or None.
     """
 
-    __slots__ = ("spec", "version", "created_ms", "updated_ms", "hwm_ms", "next_ms",
-                 "active", "last")
+    __slots__ = ("spec", "job_id", "version", "created_ms", "updated_ms", "hwm_ms",
+                 "next_ms", "active", "last")
 
     def __init__(self, spec: JobSpec, *, version: int, created_ms: int, updated_ms: int,
                  hwm_ms: int, next_ms: int | None, active: list[str] | None = None,
                  last: tuple[str, str, str, int] | None = None) -> None:
         self.spec = spec
+        self.job_id = spec.id
         self.version = version
         self.created_ms = created_ms
         self.updated_ms = updated_ms
@@ -55,13 +60,16 @@ class JobRecord:
         self.last = last
 
     @classmethod
-    def restored(cls, spec: JobSpec, version: int, created_ms: int, updated_ms: int,
-                 hwm_ms: int, next_ms: int | None, active: list[str] | None,
+    def restored(cls, spec: JobSpec, job_id: str, version: int, created_ms: int,
+                 updated_ms: int, hwm_ms: int, next_ms: int | None, active: list[str] | None,
                  last: tuple[str, str, str, int] | None) -> JobRecord:
         """The record of a snapshot's row, as ``__init__`` makes it without parsing its
-        keywords: a million of them took 0.47 s that way, 0.21 s this one."""
-        rec = object.__new__(cls)
-        rec.spec = spec
+        keywords: a million of them took 0.47 s that way, 0.21 s this one. ``spec`` may
+        be another job's, equal to this one's in every field but the id (the spec of its
+        shared row): then the record is a :class:`LazyJobRecord`."""
+        rec = object.__new__(cls if spec.id == job_id else LazyJobRecord)
+        _SPEC_SLOT.__set__(rec, spec)  # not through a lazy record's property
+        rec.job_id = job_id
         rec.version = version
         rec.created_ms = created_ms
         rec.updated_ms = updated_ms
@@ -99,6 +107,39 @@ class JobRecord:
             "active": list(self.active),
             "last": dict(zip(LAST_KEYS, self.last, strict=True)) if self.last else None,
         }
+
+
+#: The ``spec`` slot as stored, read past :class:`LazyJobRecord`'s property.
+_SPEC_SLOT = JobRecord.__dict__["spec"]
+#: ``stored_spec(rec)``: a spec equal to the job's in every field but maybe the id,
+#: without making a lazy record's own copy: for a pass over the whole table (the
+#: derived indexes, a snapshot's rows), which needs no id from the spec.
+stored_spec: Callable[[JobRecord], JobSpec] = _SPEC_SLOT.__get__
+
+
+class LazyJobRecord(JobRecord):
+    """A restored job whose ``spec`` slot holds its shared row's spec (another job's id)
+    until the spec is first read: then it makes its own and becomes a plain
+    :class:`JobRecord`, so that every later read costs a slot's.
+
+    A restart reads every job of a million-job snapshot before it answers, and most of
+    them (far-future jobs) are not read again for hours: a spec copied per job was
+    ~1 s of the decode and ~170 bytes a job.
+    """
+
+    __slots__ = ()
+
+    @property
+    def spec(self) -> JobSpec:
+        own = with_id(stored_spec(self), self.job_id)
+        self.spec = own
+        return own
+
+    @spec.setter
+    def spec(self, spec: JobSpec) -> None:
+        _SPEC_SLOT.__set__(self, spec)
+        # The same layout (no slot of its own): a plain record from now on.
+        object.__setattr__(self, "__class__", JobRecord)
 
 
 class RunRecord:

@@ -18,7 +18,7 @@ from typing import Any
 from raftsched.core.errors import InvalidSpec
 from raftsched.core.model import JOB_ID_RE, JobSpec
 from raftsched.core.packing import packb_exact
-from raftsched.core.specrows import with_id
+from raftsched.core.specclone import with_id
 from raftsched.core.trigger import Schedule, next_fire
 
 #: The env value that keeps the cluster's current value (TOML ``{ keep = true }``).

@@ -4,14 +4,13 @@ Rows instead of spec dicts in snapshots: restoring a million jobs must not re-ru
 validation, and equal sub-records (schedules, policies) are shared in memory. A large
 table (snapshot version 4) goes further: each distinct spec row is written once, without
 its id, and each job names it by index, so that a restart builds one spec per distinct
-row and copies it for the other jobs (a million jobs put from one template: decoded in
-2.4-3.0 s instead of 5.1-6.0, 55 MB instead of 132 before gzip).
+row (a million jobs put from one template: decoded in 2.4-3.0 s instead of 5.1-6.0,
+55 MB instead of 132 before gzip); the other jobs of the row hold that spec until
+theirs is first read (:class:`~raftsched.core.records.LazyJobRecord`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 from raftsched.core.errors import ProtocolError
@@ -25,7 +24,8 @@ from raftsched.core.model import (
     RetrySpec,
 )
 from raftsched.core.packing import packb
-from raftsched.core.records import JobRecord
+from raftsched.core.records import JobRecord, stored_spec
+from raftsched.core.specclone import same_but_id
 from raftsched.core.specext import ConcurrencySpec, DepOn
 from raftsched.core.trigger import AtSchedule, bounded, schedule_from_row, schedule_to_row
 
@@ -163,45 +163,21 @@ def job_rows(jobs: dict[str, JobRecord], shared: bool) -> tuple[list[Any] | None
             continue
         # A job made from the same template as the one before it (the common case of a
         # large table) takes that one's row without building the row again.
-        if prev is None or not same_but_id(r.spec, prev):
-            rest = spec_to_row(r.spec)[1:]
+        # The stored spec: a restored record's own copy is not made for its row.
+        spec = stored_spec(r)
+        if prev is None or (spec is not prev and not same_but_id(spec, prev)):
+            rest = spec_to_row(spec)[1:]
             key = packb(rest)
             found = index.get(key)
             if found is None:
                 found = index[key] = len(specs)
                 specs.append(rest)
             at = found
-        prev = r.spec
+        prev = spec
         rows.append([job_id, at, *times])
     return specs, rows
 
 
-def _generated() -> tuple[Callable[[JobSpec, str], JobSpec],
-                          Callable[[JobSpec, JobSpec], bool]]:
-    """:func:`with_id` and :func:`same_but_id`, one line per field, generated as
-    ``dataclasses`` generates ``__init__``: a loop over the fields took 1.1 us per spec
-    for the copy, this 0.6 (half a second less for a million jobs)."""
-    names = [f.name for f in fields(JobSpec)]
-    scope: dict[str, Any] = {f"set_{n}": getattr(JobSpec, n).__set__ for n in names}
-    sets = [f"    set_{n}(new, {'job_id' if n == 'id' else 'spec.' + n})" for n in names]
-    same = " and ".join(f"a.{n} is b.{n}" for n in names if n != "id")
-    exec("def with_id(spec, job_id, new_spec=object.__new__, cls=JobSpec):\n"  # noqa: S102
-         "    new = new_spec(cls)\n" + "\n".join(sets) + "\n    return new\n"
-         f"def same_but_id(a, b):\n    return {same}\n",
-         {"JobSpec": JobSpec, **scope}, scope)
-    copy: Callable[[JobSpec, str], JobSpec] = scope["with_id"]
-    copy.__doc__ = """``spec`` with another id, every other field the same objects: what
-    ``dataclasses.replace`` makes, in a fifth of its time. No ``__init__`` runs: the
-    spec was built once from its row, for the table's first job of that row."""
-    alike: Callable[[JobSpec, JobSpec], bool] = scope["same_but_id"]
-    alike.__doc__ = """Whether every field but the id is the same object in both specs
-    (then their rows differ only in the id): jobs put from one template share their
-    parts, after a put as after a restore."""
-    return copy, alike
-
-
-#: ``with_id(spec, job_id)`` and ``same_but_id(a, b)``: see :func:`_generated`.
-with_id, same_but_id = _generated()
 
 
 class JobTable:
@@ -222,6 +198,7 @@ class JobTable:
         if self.specs is None:
             spec_row, version, created, updated, hwm, nxt, active, last = row
             spec = spec_from_row(spec_row, self.intern)
+            job_id = spec.id
         else:
             job_id, at, version, created, updated, hwm, nxt, active, last = row
             if type(at) is not int or not 0 <= at < len(self.built):
@@ -230,7 +207,7 @@ class JobTable:
             if made is None:
                 spec = self.built[at] = spec_from_row([job_id, *self.specs[at]], self.intern)
             else:
-                spec = with_id(made, job_id)
+                spec = made  # the record makes its own copy when first read
         share = self.intern.share
         # An "at" job's next fire is its schedule's instant: one int for all such jobs.
         # The other times repeat from row to row (jobs put by one command share its
@@ -245,5 +222,5 @@ class JobTable:
         hwm = ph if type(hwm) is int is type(ph) and hwm == ph else share(hwm)
         nxt = pn if type(nxt) is int is type(pn) and nxt == pn else share(nxt)
         self.times = (created, updated, hwm, nxt)
-        return JobRecord.restored(spec, version, created, updated, hwm, nxt, active,
+        return JobRecord.restored(spec, job_id, version, created, updated, hwm, nxt, active,
                                   tuple(map(share, last)) if last else None)

@@ -33,6 +33,7 @@ from raftsched.core.records import (
     MemberRecord,
     NodeRecord,
     RunRecord,
+    stored_spec,
 )
 from raftsched.core.runtable import RunTable
 
@@ -252,7 +253,7 @@ class StateData:
         self.held_ahead = {}
         history = self.history
         for job_id, rec in self.jobs.items():
-            spec = rec.spec
+            spec = stored_spec(rec)  # a restored record's own copy is not made here
             conc = spec.concurrency
             if conc is not None:
                 job_keys[job_id] = conc.key
@@ -288,7 +289,7 @@ class StateData:
 
     def rebuild_due(self) -> None:
         """The due index from the jobs alone (no stale entry)."""
-        self.due = [(r.next_ms, r.spec.id) for r in self.jobs.values() if r.next_ms is not None]
+        self.due = [(r.next_ms, r.job_id) for r in self.jobs.values() if r.next_ms is not None]
         heapq.heapify(self.due)
         self.due_parked = {}
 

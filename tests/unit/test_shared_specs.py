@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftsched.core import codec
-from raftsched.core.cmdbase import FEATURES, SHARED_SPECS_FEATURE
+from raftsched.core.cmdbase import DEPS_VERSION, FEATURES, SHARED_SPECS_FEATURE
 from raftsched.core.codec import (
     DEPS_SNAPSHOT_VERSION,
     SNAPSHOT_VERSION,
@@ -31,8 +31,9 @@ from raftsched.core.codec import (
 from raftsched.core.errors import ProtocolError
 from raftsched.core.machine import ClusterState
 from raftsched.core.model import JobSpec
-from raftsched.core.records import JobRecord
-from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS, same_but_id, with_id
+from raftsched.core.records import JobRecord, LazyJobRecord, stored_spec
+from raftsched.core.specclone import same_but_id, with_id
+from raftsched.core.specrows import SHARED_SPECS_MIN_JOBS
 from tests.support.budget import examples
 from tests.unit.test_codec import SPECS, T0, _log, _replay
 from tests.unit.test_codec import test_equal_parts_of_jobs_are_one_object as _equal_parts
@@ -241,7 +242,9 @@ def test_a_restored_job_record_is_the_one_init_makes(active: Any) -> None:
     spec = JobSpec.from_spec(SPECS[0])
     args = dict(version=3, created_ms=1, updated_ms=2, hwm_ms=3, next_ms=None, active=active,
                 last=("j@0", "succeeded", "", 4))
-    made, restored = JobRecord(spec, **args), JobRecord.restored(spec, *args.values())
+    made = JobRecord(spec, **args)
+    restored = JobRecord.restored(spec, spec.id, *args.values())
+    assert type(restored) is JobRecord
     for name in JobRecord.__slots__:
         assert getattr(restored, name) == getattr(made, name), name
         assert type(getattr(restored, name)) is type(getattr(made, name)), name
@@ -288,8 +291,11 @@ _TEMPLATES = [
 def test_both_forms_decode_to_the_same_state(jobs: list[tuple[int, int, bool]]) -> None:
     state = ClusterState()
     for num, tpl, paused in jobs:
-        state.apply_map({"op": "put_job", "at": T0 + num * S,
-                         "spec": dict(_TEMPLATES[tpl], id=f"j{num}", paused=paused)})
+        # At the version that knows ``start`` and ``concurrency`` (without "v", a
+        # command is of version 1, which refuses them).
+        reply = state.apply_map({"op": "put_job", "at": T0 + num * S, "v": DEPS_VERSION,
+                                 "spec": dict(_TEMPLATES[tpl], id=f"j{num}", paused=paused)})
+        assert reply["ok"], reply
     plain = encode_state(state)
     assert state_version(plain) in (UNBOUNDED_SNAPSHOT_VERSION, 2, DEPS_SNAPSHOT_VERSION)
     old = codec.SHARED_SPECS_MIN_JOBS
@@ -309,3 +315,82 @@ def test_both_forms_decode_to_the_same_state(jobs: list[tuple[int, int, bool]]) 
         {j: r.spec for j, r in state.jobs.items()}
     assert back.due == decode_state(plain).due and back.dependents == state.dependents
     assert back.table.job_keys == state.table.job_keys
+
+
+# ------------------------------------------------------------ a restored spec, made when read
+
+def _lazy_pair() -> tuple[ClusterState, ClusterState]:
+    """A state of jobs put from three templates, and that state restored from its
+    shared table (the first job of each row has its spec; the others are lazy)."""
+    state = ClusterState()
+    state.apply_map({"op": "heartbeat", "at": T0, "node": "n1", "boot": 1, "slots": 4,
+                     "queue": 0, "tags": ["x"], "api": ""})
+    state.apply_map({"op": "leader", "at": T0, "node": "n1", "term": 1})
+    for tpl in range(3):
+        reply = state.apply_map({"op": "put_jobs", "at": T0 + S, "v": DEPS_VERSION,
+                                 "specs": [dict(_TEMPLATES[tpl], id=f"t{tpl}-{i}")
+                                           for i in range(4)]})
+        assert all(r["ok"] for r in reply["results"]), reply
+    old = codec.SHARED_SPECS_MIN_JOBS
+    codec.SHARED_SPECS_MIN_JOBS = 0
+    try:
+        return state, decode_state(encode_state(state))
+    finally:
+        codec.SHARED_SPECS_MIN_JOBS = old
+
+
+@pytest.mark.usefixtures("shared")
+def test_a_restore_its_indexes_and_its_snapshot_make_no_spec_per_job() -> None:
+    state, back = _lazy_pair()
+    lazy = sorted(j for j, r in back.jobs.items() if type(r) is LazyJobRecord)
+    assert lazy == sorted(f"t{tpl}-{i}" for tpl in range(3) for i in range(1, 4))
+    for job_id in lazy:  # the slot holds the first job's spec of the same row
+        rec = back.jobs[job_id]
+        assert rec.job_id == job_id and stored_spec(rec).id == job_id.split("-")[0] + "-0"
+    # The derived indexes and a snapshot were made from the stored specs alone.
+    assert back.due == decode_state(encode_state(state)).due
+    assert back.dependents == state.dependents and back.table.job_keys == state.table.job_keys
+    assert encode_state(back) == encode_state(state)
+    assert sorted(j for j, r in back.jobs.items() if type(r) is LazyJobRecord) == lazy
+
+
+@pytest.mark.usefixtures("shared")
+def test_a_lazy_record_reads_as_the_job_it_is_and_is_plain_from_then() -> None:
+    state, back = _lazy_pair()
+    rec = back.jobs["t1-2"]
+    spec = rec.spec
+    assert type(rec) is JobRecord and rec.spec is spec and stored_spec(rec) is spec
+    assert spec == state.jobs["t1-2"].spec and spec.id == "t1-2"
+    assert same_but_id(spec, back.jobs["t1-0"].spec)
+    assert back.jobs["t1-2"].to_dict() == state.jobs["t1-2"].to_dict()
+    # Written before it was read: the new spec is kept, the record plain.
+    other = back.jobs["t2-3"]
+    other.spec = replace(state.jobs["t2-3"].spec, paused=True)
+    assert type(other) is JobRecord and other.spec.paused and other.spec.id == "t2-3"
+
+
+@pytest.mark.usefixtures("shared")
+def test_a_restored_state_of_lazy_records_behaves_like_the_original() -> None:
+    # Every command that reads or replaces a job's spec, on jobs not read since the
+    # restore: both states answer alike and end byte for byte the same.
+    state, back = _lazy_pair()
+    more: list[dict[str, Any]] = [
+        {"op": "put_job", "at": T0 + 2 * S, "spec": dict(_TEMPLATES[0], id="t0-1")},
+        {"op": "put_job", "at": T0 + 2 * S, "spec": dict(_TEMPLATES[1], id="t1-1",
+                                                        tags=["y"])},
+        {"op": "put_job", "at": T0 + 2 * S, "v": DEPS_VERSION,
+         "spec": dict(_TEMPLATES[3], id="t0-3", after=["t1-3"])},
+        {"op": "pause", "at": T0 + 3 * S, "job": "t0-2"},
+        {"op": "resume", "at": T0 + 4 * S, "job": "t0-2", "missed": 0},
+        {"op": "pause", "at": T0 + 4 * S, "job": "t2-1"},
+        {"op": "delete_job", "at": T0 + 5 * S, "job": "t2-2"},
+        {"op": "plan", "at": T0 + 11 * S, "term": 1, "leader": "n1", "place": [],
+         "fires": [["run", "t0-3", T0 + 10 * S, None, False]]},
+        {"op": "put_jobs", "at": T0 + 12 * S, "v": DEPS_VERSION, "specs": [
+            dict(_TEMPLATES[2], id="t2-3", command=["false"])]},
+    ]
+    for cmd in more:
+        assert back.apply_map(cmd) == state.apply_map(cmd), cmd
+    assert encode_state(back) == encode_state(state)
+    assert {j: r.to_dict() for j, r in back.jobs.items()} == \
+        {j: r.to_dict() for j, r in state.jobs.items()}
