@@ -118,7 +118,7 @@ def on_run_end(st: StateData, rec: JobRecord, run: RunRecord, at: int) -> None:
             bf.counts[run.state] = bf.counts.get(run.state, 0) + 1
     if st.backfills:
         for bf in list(st.backfills.values()):
-            if bf.status == RUNNING and bf.job == rec.spec.id:
+            if bf.status == RUNNING and bf.job == rec.job_id:
                 advance(st, bf, at)
 
 
@@ -145,7 +145,7 @@ def advance(st: StateData, bf: BackfillRecord, at: int) -> None:
     known = _recorded(st, rec)
     while len(bf.active) < bf.max_active and bf.pos < len(bf.fires):
         t = bf.fires[bf.pos]
-        run_id = run_id_of(rec.spec.id, t)
+        run_id = run_id_of(rec.job_id, t)
         if t > rec.hwm_ms:
             _count(bf, "later")  # the schedule's own to run
         elif run_id in st.runs:
@@ -183,7 +183,7 @@ def _recorded(st: StateData, rec: JobRecord) -> dict[int, int]:
     """Fire time -> its last recorded attempt, from the job's kept history (a missed
     range counts for each fire time it covers: looked up by :func:`_covers`)."""
     out: dict[int, int] = {}
-    for r in st.history.get(rec.spec.id, ()):
+    for r in st.history.get(rec.job_id, ()):
         out[r.scheduled_ms] = max(out.get(r.scheduled_ms, 0), r.attempt)
         if r.until_ms is not None:
             out[r.until_ms] = max(out.get(r.until_ms, 0), r.attempt)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raftsched.core.model import FireAction
+from raftsched.core.records import stored_spec
 from raftsched.core.specext import ConcPolicy
 
 if TYPE_CHECKING:
@@ -49,12 +50,12 @@ def may_place(st: StateData, run: RunRecord) -> bool:
 
 def track(st: StateData, rec: JobRecord, at: int) -> None:
     """Index ``rec``'s active runs under its (new) key, after a put."""
-    conc = rec.spec.concurrency
+    conc = stored_spec(rec).concurrency  # a new job's own spec is not made here
     key = None if conc is None else conc.key
-    if key == st.table.job_keys.get(rec.spec.id) and (
-            key is None or st.table.key_max[key].get(rec.spec.id) == conc.max):  # type: ignore[union-attr]
+    if key == st.table.job_keys.get(rec.job_id) and (
+            key is None or st.table.key_max[key].get(rec.job_id) == conc.max):  # type: ignore[union-attr]
         return
-    st.table.set_job_key(rec.spec.id, key, 0 if conc is None else conc.max,
+    st.table.set_job_key(rec.job_id, key, 0 if conc is None else conc.max,
                          list(rec.active), at)
 
 

@@ -126,7 +126,7 @@ def outcome_of(st: StateData, job_id: str, scheduled_ms: int) -> str | None:
 def on_run_end(st: StateData, rec: JobRecord, run: RunRecord, at: int) -> None:
     """A run of ``rec`` ended in ``run.state``: make the runs of its dependents whose
     every parent has now ended matching for ``run.scheduled_ms``."""
-    kids = st.dependents.get(rec.spec.id)
+    kids = st.dependents.get(rec.job_id)
     if not kids:
         return
     sched = run.scheduled_ms
@@ -137,13 +137,13 @@ def on_run_end(st: StateData, rec: JobRecord, run: RunRecord, at: int) -> None:
         accepts = ON_STATES[krec.spec.on]
         if run.state not in accepts or any(
                 outcome_of(st, p, sched) not in accepts
-                for p in krec.spec.after if p != rec.spec.id):
+                for p in krec.spec.after if p != rec.job_id):
             continue
         run_id = run_id_of(kid, sched)
         if run_id in st.runs or any(r.run_id == run_id for r in st.history.get(kid, ())):
             continue  # this fire time has its run already
         create_run(st, krec, sched, at, overlap=krec.spec.overlap,
-                   note=f"after {rec.spec.id}")
+                   note=f"after {rec.job_id}")
 
 
 def create_run(st: StateData, rec: JobRecord, sched: int, at: int, *, overlap: Overlap,

@@ -41,7 +41,7 @@ NONE: frozenset[int] = frozenset()
 def note(st: StateData, rec: JobRecord, sched: int) -> None:
     """A record of ``rec`` is being made for ``sched``: remember it if above the mark."""
     if sched > rec.hwm_ms:
-        job = rec.spec.id
+        job = rec.job_id
         if sched > st.held_ahead.get(job, sched - 1):
             st.held_ahead[job] = sched
 
@@ -50,23 +50,23 @@ def held(st: StateData, rec: JobRecord) -> frozenset[int]:
     """The instants above ``rec``'s mark whose run id a kept record holds. The leader
     calls it under the state lock while it copies a plan's input (a read), and it may
     drop the job's filter entry: derived data, the same answer on every replica."""
-    top = st.held_ahead.get(rec.spec.id)
+    top = st.held_ahead.get(rec.job_id)
     if top is None:
         return NONE
     if top <= rec.hwm_ms:  # the mark has passed them all
-        del st.held_ahead[rec.spec.id]
+        del st.held_ahead[rec.job_id]
         return NONE
     return frozenset(st.held_above(rec))
 
 
 def covers(st: StateData, rec: JobRecord, sched: int) -> bool:
     """Whether a kept record of ``rec`` holds the run id of fire time ``sched``."""
-    top = st.held_ahead.get(rec.spec.id)
+    top = st.held_ahead.get(rec.job_id)
     if top is None or sched > top:
         return False
-    run_id = run_id_of(rec.spec.id, sched)
+    run_id = run_id_of(rec.job_id, sched)
     return run_id in st.runs or any(r.run_id == run_id
-                                    for r in st.history.get(rec.spec.id, ()))
+                                    for r in st.history.get(rec.job_id, ()))
 
 
 def covered_in(st: StateData, plan: Plan) -> set[tuple[str, int]]:
@@ -89,7 +89,7 @@ def skip_held(st: StateData, rec: JobRecord, first: int, last: int) -> int | Non
     starts, or None when nothing is left of it."""
     cur: int | None = first
     while cur is not None and cur <= last and covers(st, rec, cur):
-        st.effects.append(FireCovered(run_id_of(rec.spec.id, cur)))
+        st.effects.append(FireCovered(run_id_of(rec.job_id, cur)))
         cur = next_fire(rec.spec.schedule, cur)
     return None if cur is None or cur > last else cur
 

@@ -52,11 +52,11 @@ def on_outcome(st: StateData, rec: JobRecord, run: RunRecord, at: int, *,
     if spec is None or run.state not in spec.on or spec.url is None:
         return
     fire = first if first is not None else run.scheduled_ms
-    key = f"{rec.spec.id}@{fire}/{run.state}"
+    key = f"{rec.job_id}@{fire}/{run.state}"
     ns = st.notify
     if key in ns.pending:
         return
-    body = {"v": BODY_VERSION, "delivery": key, "job_id": rec.spec.id,
+    body = {"v": BODY_VERSION, "delivery": key, "job_id": rec.job_id,
             "outcome": run.state, "at_ms": at, "run": _run_body(run)}
     if first is not None:
         body["fire_times"] = {"first_ms": first, "last_ms": last, "count": count}

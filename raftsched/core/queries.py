@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from raftsched.core.records import ACTIVE, MemberRecord
+from raftsched.core.records import ACTIVE, MemberRecord, stored_spec
 
 if TYPE_CHECKING:
     from raftsched.core.model import JobSpec
@@ -175,9 +175,11 @@ def paused_mark(job_id: str, st: StateData) -> PausedMark | None:
 def done_jobs(cutoff_ms: int, st: StateData) -> list[JobVersion]:
     """Jobs with nothing left to run (no next fire time, no active run, no dependency)
     whose last activity is at or before ``cutoff_ms``: the leader removes them."""
-    return [JobVersion(rec.spec.id, rec.version) for rec in st.jobs.values()
-            if rec.next_ms is None and not rec.active and not rec.spec.after
-            and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff_ms]
+    # The stored spec: a scan of the whole table makes no job's own copy.
+    return [JobVersion(rec.job_id, rec.version) for rec in st.jobs.values()
+            if rec.next_ms is None and not rec.active
+            and (rec.last[3] if rec.last else rec.updated_ms) <= cutoff_ms
+            and not stored_spec(rec).after]
 
 
 # ---------------------------------------------------------------- nodes and members

@@ -27,8 +27,8 @@ class JobRecord:
     """One job in the state.
 
     :var spec: the validated spec (``spec.paused`` is the paused flag).
-    :var job_id: ``spec.id``, kept beside it: a restored record may make its spec only
-        when it is first read (:class:`LazyJobRecord`).
+    :var job_id: ``spec.id``, kept beside it: a record may make its spec only when it
+        is first read (:class:`LazyJobRecord`).
     :var version: incremented by every accepted put/pause/resume.
     :var created_ms: when the job was first put.
     :var updated_ms: when it was last changed.
@@ -66,7 +66,8 @@ class JobRecord:
         """The record of a snapshot's row, as ``__init__`` makes it without parsing its
         keywords: a million of them took 0.47 s that way, 0.21 s this one. ``spec`` may
         be another job's, equal to this one's in every field but the id (the spec of its
-        shared row): then the record is a :class:`LazyJobRecord`."""
+        shared row, or the template a put copied): then the record is a
+        :class:`LazyJobRecord`."""
         rec = object.__new__(cls if spec.id == job_id else LazyJobRecord)
         _SPEC_SLOT.__set__(rec, spec)  # not through a lazy record's property
         rec.job_id = job_id
@@ -93,17 +94,21 @@ class JobRecord:
                 self.active = ()
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
+        # A lazy record is shown from a copy it does not keep: a listing of a million
+        # jobs must not make each one's spec for good.
+        spec = self.spec if type(self) is JobRecord else with_id(stored_spec(self),
+                                                                 self.job_id)
         return {
-            "id": self.spec.id,
-            "spec": self.spec.redacted() if redact else self.spec.to_spec(),
+            "id": self.job_id,
+            "spec": spec.redacted() if redact else spec.to_spec(),
             "version": self.version,
             "created_ms": self.created_ms,
             "updated_ms": self.updated_ms,
             "hwm_ms": self.hwm_ms,
             "next_ms": self.next_ms,
-            "paused": self.spec.paused,
+            "paused": spec.paused,
             # A one-shot whose fire time has its outcome: nothing more will ever run.
-            "done": self.next_ms is None and not self.active and not self.spec.after,
+            "done": self.next_ms is None and not self.active and not spec.after,
             "active": list(self.active),
             "last": dict(zip(LAST_KEYS, self.last, strict=True)) if self.last else None,
         }
@@ -118,17 +123,23 @@ stored_spec: Callable[[JobRecord], JobSpec] = _SPEC_SLOT.__get__
 
 
 class LazyJobRecord(JobRecord):
-    """A restored job whose ``spec`` slot holds its shared row's spec (another job's id)
-    until the spec is first read: then it makes its own and becomes a plain
-    :class:`JobRecord`, so that every later read costs a slot's.
+    """A job whose ``spec`` slot holds another job's spec, equal but for the id (its
+    snapshot row's, or the template its put copied), until the spec is first read:
+    then it makes its own and becomes a plain :class:`JobRecord`, so that every later
+    read costs a slot's.
 
     A restart reads every job of a million-job snapshot before it answers, and most of
     them (far-future jobs) are not read again for hours: a spec copied per job was
-    ~1 s of the decode and ~170 bytes a job.
+    ~1 s of the decode and ~170 bytes a job. A new job put as a copy of an earlier
+    spec (a bulk put from a template) is held the same way.
     """
 
     __slots__ = ()
 
+    # A reader (under the state's lock) may make the copy as the Raft thread's
+    # ``prepare`` (outside it) does for the same record: both write equal specs, the
+    # slot before the class, so either one's is a whole and equal spec. Nothing else
+    # a reader does changes the state.
     @property
     def spec(self) -> JobSpec:
         own = with_id(stored_spec(self), self.job_id)

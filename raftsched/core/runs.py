@@ -42,7 +42,7 @@ def new_run(st: StateData, rec: JobRecord, sched: int, at: int, *, manual: bool 
     """A new active run. ``reason`` ``CONC_WAIT`` (with ``state`` queued): queued for its
     concurrency key; ``not_before``: a run made for a fire time long past (a dependent's,
     a backfill's) counts its grace from there."""
-    run = RunRecord(run_id=run_id_of(rec.spec.id, sched), job_id=rec.spec.id,
+    run = RunRecord(run_id=run_id_of(rec.job_id, sched), job_id=rec.job_id,
                     scheduled_ms=sched, created_ms=at, state=state.value, manual=manual,
                     reason=reason, not_before_ms=not_before, attempt=attempt)
     if note is None:
@@ -139,9 +139,9 @@ def record_miss(st: StateData, rec: JobRecord, first: int, last: int, count: int
 
     Consecutive misses with the same outcome and reason fold into one range record,
     so a long outage or a long overload costs one history entry, not thousands."""
-    hist = history_of(st, rec.spec.id)
+    hist = history_of(st, rec.job_id)
     st.totals[state.value] = st.totals.get(state.value, 0) + count
-    rec.last = (run_id_of(rec.spec.id, first), state.value, reason, at)
+    rec.last = (run_id_of(rec.job_id, first), state.value, reason, at)
     prev = hist[-1] if hist else None
     if (prev is not None and prev.state == state.value and prev.reason == reason
             and not prev.manual and prev.started_ms is None
@@ -154,7 +154,7 @@ def record_miss(st: StateData, rec: JobRecord, first: int, last: int, count: int
         st.effects.append(RangeMissed(prev.run_id, state.value, reason, first, last, count))
         notify.on_outcome(st, rec, prev, at, first=first, last=last, count=count)
         return
-    run = RunRecord(run_id=run_id_of(rec.spec.id, first), job_id=rec.spec.id,
+    run = RunRecord(run_id=run_id_of(rec.job_id, first), job_id=rec.job_id,
                     scheduled_ms=first, created_ms=at, state=state.value, reason=reason,
                     finished_ms=at, until_ms=last if last != first else None, count=count)
     run.note(at, reason)

@@ -55,6 +55,10 @@ class CheckedSpec:
     next_ms: int | None
     """``next_fire(spec.schedule, after_ms)``: the first fire time of a job whose mark
     is ``after_ms`` (a new job, or a new schedule)."""
+    like: JobSpec | None = None
+    """The earlier valid spec ``spec`` was copied from (another id, every other field
+    the same objects), or None: a new job's record holds it instead of the copy and
+    makes its own when first read (:class:`~raftsched.core.records.LazyJobRecord`)."""
 
     def next_after(self, mark: int) -> int | None:
         """The job's next fire time after ``mark``."""
@@ -93,8 +97,10 @@ def check_specs(specs: tuple[Any, ...] | list[Any], at: Any,
             job_id = raw.get("id") if known is not None else None
             if (known is not None and isinstance(job_id, str) and JOB_ID_RE.match(job_id)
                     and job_id not in known.after):  # a job never runs after itself
-                spec = known if known.id == job_id else with_id(known, job_id)
+                like = None if known.id == job_id else known
+                spec = known if like is None else with_id(known, job_id)
             else:
+                like = None
                 spec = intern_spec(JobSpec.from_spec(raw, allowed_call_prefixes=None))
                 if key is not None:
                     templates[key] = spec
@@ -104,7 +110,7 @@ def check_specs(specs: tuple[Any, ...] | list[Any], at: Any,
                     first = firsts[spec.schedule]
                 else:
                     first = firsts[spec.schedule] = next_fire(spec.schedule, after)
-            out.append(CheckedSpec(spec=spec, after_ms=after, next_ms=first))
+            out.append(CheckedSpec(spec=spec, after_ms=after, next_ms=first, like=like))
         except InvalidSpec as exc:
             out.append(exc)
         except Exception:  # noqa: BLE001 - the apply prepares it again and answers for it

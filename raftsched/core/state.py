@@ -120,7 +120,7 @@ class StateData:
         first ``next_due_ms`` after a storm cleaned 10^6 entries under the Raft lock."""
         rec.next_ms = next_ms
         if next_ms is not None:
-            heapq.heappush(self.due, (next_ms, rec.spec.id))
+            heapq.heappush(self.due, (next_ms, rec.job_id))
             if len(self.due) > 2 * len(self.jobs) + DUE_SLACK:
                 self.rebuild_due()
 
@@ -275,7 +275,7 @@ class StateData:
         was made for (see core/heldids.py)."""
         mark, runs = rec.hwm_ms, self.runs
         out = [runs[r].scheduled_ms for r in rec.active if runs[r].scheduled_ms > mark]
-        out.extend(r.scheduled_ms for r in self.history.get(rec.spec.id, ())
+        out.extend(r.scheduled_ms for r in self.history.get(rec.job_id, ())
                    if r.scheduled_ms > mark)
         return out
 
@@ -283,9 +283,9 @@ class StateData:
         """``held_ahead`` for one job from its kept records (a restore, a lowered mark)."""
         top = max(self.held_above(rec), default=None)
         if top is None:
-            self.held_ahead.pop(rec.spec.id, None)
+            self.held_ahead.pop(rec.job_id, None)
         else:
-            self.held_ahead[rec.spec.id] = top
+            self.held_ahead[rec.job_id] = top
 
     def rebuild_due(self) -> None:
         """The due index from the jobs alone (no stale entry)."""
