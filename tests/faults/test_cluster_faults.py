@@ -208,8 +208,15 @@ def test_paused_claim_holder_cannot_start_a_reassigned_run(cluster_factory, tmp_
         def holder() -> str | None:
             runs = cl.runs(job)["runs"]
             if runs and runs[0]["state"] == "assigned":
-                assert runs[0]["node"] != leader
-                return runs[0]["node"]
+                node = runs[0]["node"]
+                assert node != leader
+                # Its worker must hold the claim, not only the leader's log: a node
+                # stopped before it saw its assignment (a loaded machine: the entry
+                # committed by the other two) never knew it held anything, and has
+                # nothing to reject after it resumes (CI beside stress-ng, 2026-12-07).
+                worker = c.status(node)["worker"]
+                if worker["waiting"] + worker["busy"] >= 1:
+                    return node
             return None
 
         victim = wait_until(holder, 15, "the run assigned to a follower")
