@@ -240,7 +240,10 @@ def test_a_killed_node_s_request_is_retried_with_a_higher_fence(cluster_factory,
     certifies it dead, the run is retried on another node as attempt 2 with a new
     fence, and a receiver that keeps the highest fence it saw refuses the first
     attempt's request when it finally answers it."""
-    c = cluster_factory(3, secret=SECRET)
+    # A node timeout far above the guard's certificate: with the harness's 2 s the lease
+    # release (~1.8 s) can beat a guard slowed by a loaded machine, and the reason
+    # asserted at the end would be the lease's.
+    c = cluster_factory(3, secret=SECRET, timing={"node_timeout": "12s"})
     c.start_all()
     leader = c.wait_leader()
     highest = {"fence": 0}

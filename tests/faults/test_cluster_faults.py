@@ -145,7 +145,11 @@ def test_crashed_claim_holder_releases_its_claim_before_any_timeout(cluster_fact
 
 @pytest.mark.timeout(150)
 def test_node_killed_mid_run_retries_or_records_lost(cluster_factory, tmp_path):
-    c = cluster_factory(3, tags={"n1": ["w"], "n2": ["w"], "n3": []})
+    # A node timeout far above the guard's certificate (a fraction of a second, loaded):
+    # the harness's 2 s lets the lease release (~1.8 s) beat a guard slowed by a loaded
+    # machine, and the reason asserted below would then be the lease's.
+    c = cluster_factory(3, tags={"n1": ["w"], "n2": ["w"], "n3": []},
+                        timing={"node_timeout": "12s"})
     c.start_all()
     c.wait_leader()
     ran = str(tmp_path / "ran.jsonl")

@@ -88,10 +88,10 @@ def test_kill_one_instance_freeze_another_restart_every_fire_time_once(apps):
     wait_until(lambda: all(a.declared(n) for n in a.ids), 90, "every instance declared")
     wait_until(lambda: len(executions(a.witness)) >= 3 * JOBS, 60, "runs in the cluster")
     t_from = (int(time.time()) + 1) * 1000
-    quiet_moment(a.witness, JOBS)
+    quiet_moment(a.witness, JOBS, idle=lambda: a.holds("n1"))
     a.kill("n1")
     time.sleep(2)
-    quiet_moment(a.witness, JOBS)
+    quiet_moment(a.witness, JOBS, idle=lambda: a.holds("n2"))
     t_freeze = time.time()
     a.signal("n2", signal.SIGSTOP)
     time.sleep(5)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from raftsched.faces.launcher import kill_group
@@ -90,6 +91,17 @@ class Apps:
     def client(self, timeout: float = 10.0) -> Client:
         return Client([self.api[n] for n in self.ids], secret=self.secret, timeout=timeout)
 
+    def holds(self, nid: str) -> int | None:
+        """Runs instance ``nid``'s worker holds: waiting for their instant, running, or
+        waiting for their finish to commit (its own ``status``); None if it does not
+        answer."""
+        try:
+            with Client([self.api[nid]], secret=self.secret, timeout=2.0) as cl:
+                worker = cl.status(stale=True)["worker"]
+        except Exception:  # noqa: BLE001 - not answering is an answer here
+            return None
+        return int(worker["waiting"]) + int(worker["busy"])
+
     def close(self) -> None:
         for proc in self.procs.values():
             kill_group(proc)
@@ -107,11 +119,15 @@ def executions(witness: str) -> Counter[str]:
     return Counter(w["run_id"] for w in json_lines(witness))
 
 
-def quiet_moment(witness: str, jobs: int, timeout: float = 30.0) -> None:
+def quiet_moment(witness: str, jobs: int, timeout: float = 30.0, *,
+                 idle: Callable[[], int | None] | None = None) -> None:
     """Return inside a gap between fire times: every one of ``jobs`` 1 s jobs executed
     the newest fire time at least 0.2 s ago and the next is at least 0.35 s away. A
     SIGKILL then ends no callable between its effect and its recorded finish (that
-    case is at-least-once by design: ``on_node_lost`` retries it)."""
+    case is at-least-once by design: ``on_node_lost`` retries it). ``idle`` (e.g.
+    ``lambda: apps.holds(nid)``) must also say 0: the node about to be killed or frozen
+    holds nothing, so its finishes are committed too (0.2 s after the last call does not
+    promise that on a loaded machine: the finish is forwarded, synced and committed)."""
 
     def quiet() -> bool:
         lines = json_lines(witness)
@@ -120,9 +136,14 @@ def quiet_moment(witness: str, jobs: int, timeout: float = 30.0) -> None:
         newest = max(int(w["run_id"].rsplit("@", 1)[1]) for w in lines)
         at_newest = [w for w in lines if w["run_id"].endswith(f"@{newest}")]
         now = time.time()
-        return (len({w["job"] for w in at_newest}) == jobs
+        if not (len({w["job"] for w in at_newest}) == jobs
                 and now - max(w["t"] for w in at_newest) > 0.2
-                and now < newest / 1000 + 0.65)
+                and now < newest / 1000 + 0.65):
+            return False
+        if idle is None:
+            return True
+        # Asked after the timing above, so the gap is checked again after the answer.
+        return idle() == 0 and time.time() < newest / 1000 + 0.65
 
     wait_until(quiet, timeout, "a quiet moment between fire times", interval=0.01)
 
