@@ -62,9 +62,12 @@ def test_a_killed_followers_prestarted_runs_move_on_when_its_guard_certifies_it(
         with c.client([leader]) as cl:
             now = held_runs(cl, victim, instant)
         moved = {j: _moved_on(recs, victim, j) for j, recs in now.items()}
-        return moved if all(moved.values()) and set(moved) == set(held) else None
+        # A superset: a start the victim sent just before the kill can commit after
+        # the first read of what it held; every run it held must move on.
+        return moved if all(moved.values()) and set(held) <= set(moved) else None
 
     moved = wait_until(settled, 30, "the killed follower's runs to move on", 0.05)
+    held = dict.fromkeys(moved)  # what it held, with a start that committed late
     delays = {}
     for j, rec in moved.items():
         at = rec["started_ms"] if j in RETRY else rec["finished_ms"]
