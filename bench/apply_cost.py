@@ -2,6 +2,7 @@
 
     python -m bench.apply_cost                 # J=1,000 every-second jobs, 20 s
     python -m bench.apply_cost --jobs 5000 --seconds 10
+    python -m bench.apply_cost --cron --jobs 10000 --seconds 120   # W5's cron mix
 
 One process, no Raft, no network: J every-second jobs on three nodes' worth of
 capacity; each simulated second the leader plans the due runs (``plan_input`` and
@@ -21,6 +22,7 @@ import argparse
 import time
 from typing import Any
 
+from bench.cron_mix import DST_CHANGE_MS, raftsched_spec
 from raftsched.core.codec import decode_command, encode_command
 from raftsched.core.commands import Finish, FinishItem, Start, StartItem, read
 from raftsched.core.leader import LeaderContext, capacities, plan_from, plan_input
@@ -51,15 +53,17 @@ def _accepted(reply: dict[str, Any]) -> int:
     return sum(1 for r in reply.get("results", ()) if r and r[0])
 
 
-def run(jobs: int, seconds: int) -> tuple[dict[str, float], int]:
-    """Seconds spent per step over ``seconds`` simulated seconds, and the runs ended."""
-    t0 = 1_800_000_000_000
+def run(jobs: int, seconds: int, cron: bool = False) -> tuple[dict[str, float], int]:
+    """Seconds spent per step over ``seconds`` simulated seconds, and the runs ended;
+    ``cron``: W5's jobs (``bench.cron_mix``) over its DST change instead of W1's."""
+    t0 = DST_CHANGE_MS - (seconds // 2 + 1) * S if cron else 1_800_000_000_000
     st = ClusterState()
     _apply(st, encode_command({"op": "leader", "at": t0, "node": "n1", "term": 1}))
     for n in NODES:
         _apply(st, encode_command({"op": "heartbeat", "at": t0, "node": n, "boot": 1,
                                    "slots": 1024, "queue": 4096, "tags": [], "api": ""}))
-    specs = [{"id": f"j{i:05d}", "schedule": {"every": "1s"}, "call": "bench.noop:stamp"}
+    specs = [raftsched_spec(i, "bench.noop:stamp") if cron else
+             {"id": f"j{i:05d}", "schedule": {"every": "1s"}, "call": "bench.noop:stamp"}
              for i in range(jobs)]
     for k in range(0, jobs, 1000):
         _apply(st, encode_command({"op": "put_jobs", "at": t0, "atomic": True,
@@ -110,10 +114,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--cron", action="store_true", help="W5's cron jobs across its DST change")
     args = ap.parse_args()
-    run(args.jobs, args.seconds)
-    spent, runs = run(args.jobs, args.seconds)
-    print(f"J={args.jobs:,} every-second jobs, {args.seconds} s simulated, {runs:,} runs")
+    run(args.jobs, args.seconds, args.cron)
+    spent, runs = run(args.jobs, args.seconds, args.cron)
+    kind = "W5 cron" if args.cron else "every-second"
+    print(f"J={args.jobs:,} {kind} jobs, {args.seconds} s simulated, {runs:,} runs")
     print("| step | µs per run |\n|---|---|")
     for name, s in spent.items():
         print(f"| {name} | {s * 1e6 / runs:.1f} |")

@@ -108,10 +108,12 @@ def classify(*, schedule: Schedule, hwm_ms: int, now_ms: int, lookahead_ms: int,
                                         count=count - len(keep),
                                         reason=MissReason.catchup_limit.value))
             run.extend(keep)
-    if policy is MisfirePolicy.once:
+    if policy is MisfirePolicy.once and on_time and on_time[0] < now_ms:
         # The newest overdue fire may lie beyond the MAX_DUE_PER_JOB oldest in on_time.
+        # (It is at most now_ms: with on_time[0] not yet due, there is none to look for,
+        # which spares an on-time plan a backward calendar search.)
         newest = latest_fire_at_or_before(schedule, on_time_from, now_ms)
-        if newest is not None and on_time and on_time[0] < newest:
+        if newest is not None and on_time[0] < newest:
             n = count_fires(schedule, on_time_from, newest)
             missed.append(MissRange(first_ms=on_time[0],
                                     last_ms=_last_before(schedule, on_time_from, newest),

@@ -633,3 +633,24 @@ def test_jitter() -> None:
     assert (values[0], jitter_ms("a", 0, 10**9)) == (27463, 982576189)
     with pytest.raises(ValueError):
         jitter_ms("job-1", 0, -1)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(expr=st.sampled_from(["*/5 * * * *", "30 2 * * *", "15,45 * * * * *", "0 */6 * * *"]),
+       zones=st.lists(st.sampled_from(["UTC", "Europe/Berlin", "Australia/Lord_Howe",
+                                       "America/St_Johns"]), min_size=2, max_size=2),
+       after=st.integers(1_790_000_000_000, 1_830_000_000_000))
+def test_remembered_cron_fire_times_match_a_fresh_search(expr: str, zones: list[str],
+                                                         after: int) -> None:
+    """The next fire time a cron schedule remembers (trigger._cron_next) is the calendar
+    search's, for its own zone: two schedules with one expression in two zones, asked in
+    turn, each get theirs, also when asked again."""
+    from raftsched.core import cron as cronmod
+    from raftsched.core import trigger
+
+    want = {z: cronmod.fire(cronmod.compile_cron(expr), cronmod.zone_of(z), after, True)
+            for z in zones}
+    for _ in range(2):
+        for z in zones:
+            assert next_fire(CronSchedule(cron=expr, tz=z), after) == want[z]
+    assert trigger._cron_next.cache_info().currsize <= trigger._cron_next.cache_info().maxsize
