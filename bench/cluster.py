@@ -132,6 +132,19 @@ class BenchCluster(LoopbackCluster):
         with self.client(timeout=30) as cl:
             cl.call("put_jobs", specs=specs)
 
+    def start_stamping(self, ids: list[str]) -> str:
+        """Start every node, put every-second ``bench.noop:stamp`` jobs ``ids`` (1,000 a
+        call) once every node is alive; returns the leader (the probes' setup)."""
+        self.start_all()
+        leader = self.wait_leader(60)
+        self.wait_all_alive(60)
+        with self.client(timeout=120) as cl:
+            for k in range(0, len(ids), 1000):
+                cl.call("put_jobs", specs=[{"id": j, "schedule": {"every": "1s"},
+                                            "call": "bench.noop:stamp"}
+                                           for j in ids[k:k + 1000]])
+        return leader
+
     def wait_all_alive(self, timeout: float = 30.0) -> None:
         """Every running node is alive and connected in the leader's view."""
         def ok() -> bool:

@@ -51,14 +51,7 @@ def main() -> None:
 
     ids = [f"j{i}" for i in range(args.jobs)]
     try:
-        c.start_all()
-        leader = c.wait_leader(60)
-        c.wait_all_alive(60)
-        with c.client(timeout=120) as cl:
-            for k in range(0, len(ids), 1000):
-                cl.call("put_jobs", specs=[{"id": j, "schedule": {"every": "1s"},
-                                            "call": "bench.noop:stamp"}
-                                           for j in ids[k:k + 1000]])
+        leader = c.start_stamping(ids)
         time.sleep(5)
         w0 = (int(time.time()) + 1) * 1000
         watcher = threading.Thread(target=watch, args=(w0,), daemon=True)
