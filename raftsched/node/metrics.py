@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from raftsched.core.effects import Effect, FireCovered, NodeCertified, RangeMissed, RunEnded
 from raftsched.node.config.config import split_addr
+from raftsched.node.observe import gcwatch
 
 if TYPE_CHECKING:
     from raftsched.core.machine import ClusterState
@@ -61,6 +62,7 @@ class Metrics:
         self.node_id = node_id
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        r.register(_GcCollector())
         self.lag = Histogram("raftsched_schedule_lag_seconds",
                              "Actual start minus scheduled time of runs started on this node",
                              buckets=_LAG_BUCKETS, registry=r)
@@ -121,6 +123,38 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _GcCollector:
+    """The process's garbage collections (:mod:`raftsched.node.observe.gcwatch`), once a
+    node's process watches them; an app embedding a node keeps its own collector, and
+    nothing is reported then. A collection stops every thread of the process: at a
+    storm's rate of runs they cost ~10 % of a node's CPU (``python -m bench.gc_share``)."""
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Any:
+        if not gcwatch.installed():
+            return
+        gs = gcwatch.statistics()
+        count = CounterMetricFamily("raftsched_gc_collections",
+                                    "Garbage collections of this node's process",
+                                    labels=["generation"])
+        seconds = CounterMetricFamily("raftsched_gc_seconds",
+                                      "Wall time of those collections (every thread waits)",
+                                      labels=["generation"])
+        longest = GaugeMetricFamily("raftsched_gc_longest_seconds",
+                                    "The longest collection since the node started",
+                                    labels=["generation"])
+        for gen in range(3):
+            label = [str(gen)]
+            count.add_metric(label, gs.collections[gen])
+            seconds.add_metric(label, gs.seconds[gen])
+            longest.add_metric(label, gs.max_seconds[gen])
+        yield count
+        yield seconds
+        yield longest
 
 
 class _StateCollector:

@@ -74,6 +74,10 @@ def test_metrics_move_as_runs_happen_and_health_endpoints_answer(cluster_factory
     assert after["raftsched_raft_stall_seconds"] >= 0
     assert after["raftsched_leader_stall_seconds"] == 0
     assert after["raftsched_leader_silences_waited_total"] == 0
+    # A node's process watches its garbage collections (raftsched.node.observe.gcwatch).
+    for gen in "012":
+        assert after[f'raftsched_gc_collections_total{{generation="{gen}"}}'] >= 0
+        assert after[f'raftsched_gc_seconds_total{{generation="{gen}"}}'] >= 0
 
 
 @pytest.mark.timeout(90)

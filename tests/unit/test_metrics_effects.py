@@ -35,3 +35,23 @@ def test_ended_runs_are_counted_by_outcome() -> None:
     assert _sample(metrics, ended % "succeeded") == 2.0
     assert _sample(metrics, ended % "failed") == 1.0
     assert _sample(metrics, ended % "missed") == 3.0
+
+
+def test_the_process_s_collections_are_reported_once_watched(monkeypatch) -> None:
+    from raftsched.node.observe import gcwatch
+
+    monkeypatch.setattr(gcwatch, "_watch", None)
+    metrics = Metrics("n1")
+    # Not watched (an app embedding a node keeps its collector): nothing reported.
+    assert _sample(metrics, 'raftsched_gc_collections_total{generation="0"}') is None
+    watch = gcwatch._Watch()
+    monkeypatch.setattr(gcwatch, "_watch", watch)
+    for gen in (0, 0, 1):
+        watch("start", {"generation": gen})
+        watch("stop", {"generation": gen, "collected": 0, "uncollectable": 0})
+    assert _sample(metrics, 'raftsched_gc_collections_total{generation="0"}') == 2.0
+    assert _sample(metrics, 'raftsched_gc_collections_total{generation="1"}') == 1.0
+    assert _sample(metrics, 'raftsched_gc_collections_total{generation="2"}') == 0.0
+    total = _sample(metrics, 'raftsched_gc_seconds_total{generation="0"}')
+    longest = _sample(metrics, 'raftsched_gc_longest_seconds{generation="0"}')
+    assert total is not None and longest is not None and 0 <= longest <= total

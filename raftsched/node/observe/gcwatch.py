@@ -89,6 +89,11 @@ def install() -> None:
         gc.callbacks.append(_watch)
 
 
+def installed() -> bool:
+    """Does this process watch its collections (a node's process: :func:`install`)?"""
+    return _watch is not None
+
+
 def statistics() -> GcStatistics:
     """What the watcher saw (zeros before :func:`install`)."""
     w = _watch or _Watch()
