@@ -45,7 +45,7 @@ def main() -> None:
     print(f"J={args.jobs:,}, {took:.0f} s window, leader {leader}, {runs / took:,.0f} runs "
           "started per second")
     print("| node | CPU s | collections gen 0 / 1 / 2 | their seconds gen 0 / 1 / 2 | longest "
-          "ms | share of its CPU |")
+          "ms (since the node started) | share of its CPU |")
     print("|---|---|---|---|---|---|")
     cpu_all = gc_all = 0.0
     for n in c.ids:
