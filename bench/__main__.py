@@ -109,8 +109,9 @@ def render(results: list[Result], facts: dict[str, Any], command: str, quick: bo
              f"{', '.join(f'{x:.2f}' for x in facts['loadavg'])}, load average at end "
              f"{', '.join(f'{x:.2f}' for x in facts.get('loadavg_end', ()))}  ",
              f"Platform: {facts['platform']}", "",
-             "All clusters: 3 `python -m raftsched node` processes on 127.0.0.1, no cluster "
-             "secret (loopback), `[log] level = \"warning\"`, " + _timing_said() + " "
+             "All clusters: 3 `python -m raftsched node` processes on 127.0.0.1, no configured "
+             "secret (each node generates one, loopback only; Raft messages are sealed "
+             "with it, as by default), `[log] level = \"warning\"`, " + _timing_said() + " "
              "The machine is shared and noisy: read the ratios against baselines measured "
              "in this same invocation, not the absolute figures. Nothing here is asserted.",
              ""]
