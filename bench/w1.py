@@ -422,7 +422,10 @@ def run_w1(ctx: Ctx) -> Result:
         "*dups*: two started records with one (run_id, attempt) or two stamped executions "
         "of one (run_id, attempt). *not succeeded*: fire times in the window without a "
         "succeeded record (details in the third table).",
-        "*CPU ms/run*: utime+stime of all three node processes over the window ÷ runs. "
+        "*CPU ms/run*: utime+stime of all three nodes' process trees over the window ÷ "
+        "runs: the node processes, their reaped children (snapshot writers: cutime + "
+        "cstime) and their live descendants (guards, a writer at work); before "
+        "2026-12-07's record 13 the node processes alone, without their snapshot writers. "
         "raftsched runs 3 processes on 2 cores; APScheduler runs 1 process.",
         f"raw commits/s = {fmt(raw)} (baseline a); a ratio above 1 is possible because a "
         "plan/start/finish command carries many runs.",
