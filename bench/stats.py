@@ -101,15 +101,21 @@ def account(runs_by_job: dict[str, list[dict[str, Any]]], lo_ms: int, hi_ms: int
             ids = {r["run_id"] for r in recs}
             if len(ids) > 1:
                 multi.append((job, t, sorted(f"{r['state']}:{r['reason']}" for r in recs)))
-            final = max(recs, key=lambda r: r["attempt"])
-            if any(r["state"] == "succeeded" for r in recs):
-                outcomes["succeeded"] += 1
-            elif final["state"] in ("pending", "queued", "assigned", "started"):
-                outcomes[f"active:{final['state']}"] += 1
-            else:
-                outcomes[f"{final['state']}:{final['reason']}"] += 1
+            outcomes[outcome_of(recs)] += 1
     return {"fires": len(fires) * len(runs_by_job), "outcomes": outcomes, "multi": multi,
             "dup_records": dup_records, "by_fire": by_fire, "noncontig": noncontig}
+
+
+def outcome_of(recs: list[dict[str, Any]]) -> str:
+    """The final outcome of one fire time from the records covering it (not empty):
+    ``succeeded`` if any attempt did, ``active:<state>`` while its last attempt is
+    active, else ``<state>:<reason>`` of its last attempt."""
+    final = max(recs, key=lambda r: r["attempt"])
+    if any(r["state"] == "succeeded" for r in recs):
+        return "succeeded"
+    if final["state"] in ("pending", "queued", "assigned", "started"):
+        return f"active:{final['state']}"
+    return f"{final['state']}:{final['reason']}"
 
 
 def stamp_executions(stamps: Iterable[tuple[str, int, int, int, str]], lo_ms: int,
