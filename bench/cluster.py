@@ -34,21 +34,33 @@ def proc_cpu_s(pid: int, tree: bool = True) -> float | None:
 
 
 def _ticks(pid: int, tree: bool) -> int | None:
-    fields = _stat(pid)
-    if fields is None:
-        return None
-    ticks = int(fields[11]) + int(fields[12])
-    if tree:
-        ticks += int(fields[13]) + int(fields[14])
-        ticks += sum(_ticks(child, True) or 0 for child in _children(pid))
-    return ticks
+    # A child reaped between reading the parent and reading the child would be counted
+    # twice or not at all: read again until the parent's reaped total did not move.
+    for _ in range(5):
+        fields = _stat(pid)
+        if fields is None:
+            return None
+        ticks = int(fields[11]) + int(fields[12])
+        if not tree:
+            return ticks
+        reaped = int(fields[13]) + int(fields[14])
+        alive = sum(_ticks(child, True) or 0 for child in _children(pid))
+        again = _stat(pid)
+        if again is None:
+            return None
+        if int(again[13]) + int(again[14]) == reaped:
+            break
+    return ticks + reaped + alive
 
 
 def _stat(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+            fields = f.read().rsplit(")", 1)[1].split()
+        for i in (1, 11, 12, 13, 14):
+            int(fields[i])
+        return fields
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -65,7 +77,8 @@ def _children(pid: int) -> list[int]:
                 found.extend(int(x) for x in f.read().split())
         except (OSError, ValueError):
             continue
-    return found
+    # A pid freed and taken again by another process meanwhile is not a child.
+    return [c for c in found if (st := _stat(c)) is not None and int(st[1]) == pid]
 
 
 def env_timing() -> dict[str, str]:

@@ -47,7 +47,7 @@ def main() -> None:
     print(f"J={args.jobs:,}, {took:.0f} s window, leader {leader}, {runs / took:,.0f} runs "
           "started per second")
     print("| node | CPU s (process tree) | collections gen 0 / 1 / 2 | their seconds "
-          "gen 0 / 1 / 2 | longest ms (since the node started) | share of its CPU |")
+          "gen 0 / 1 / 2 | longest ms (since the node started) | share of the node process's CPU |")
     print("|---|---|---|---|---|---|")
     cpu_all = gc_all = own_all = 0.0
     for n in c.ids:
@@ -58,15 +58,17 @@ def main() -> None:
                 for g in range(3)]
         longest = max(_gc(m1[n], "longest_seconds", g) for g in range(3)) * 1000
         cpu_all += cpu
-        own_all += own1[n] - own0[n]
+        own = own1[n] - own0[n]
+        own_all += own
         gc_all += sum(secs)
         print(f"| {n}{' (leader)' if n == leader else ''} | {cpu:.2f} "
               f"| {' / '.join(f'{x:.0f}' for x in counts)} "
               f"| {' / '.join(f'{x:.3f}' for x in secs)} | {longest:.1f} "
-              f"| {100 * sum(secs) / cpu if cpu else 0:.1f} % |")
+              f"| {100 * sum(secs) / own if own else 0:.1f} % |")
     if runs:
         print(f"all three: CPU {cpu_all * 1000 / runs:.3f} ms per run, of it collections "
-              f"{gc_all * 1000 / runs:.4f} ms ({100 * gc_all / cpu_all:.1f} %), the node "
+              f"{gc_all * 1000 / runs:.4f} ms ({100 * gc_all / own_all:.1f} % of the node "
+              "processes' own CPU), the node "
               f"processes alone {own_all * 1000 / runs:.3f} ms (the rest is their children: "
               "snapshot writers, guards)")
 

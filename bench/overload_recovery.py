@@ -6,8 +6,8 @@ A probe, not a workload of the report. W1's cluster (3 nodes, J every-second
 ``bench.noop:stamp`` jobs, 1024 workers per node), then ``--hogs`` busy-looping
 processes take CPU from the nodes for ``--hog`` seconds (``--idle``: at SCHED_IDLE, so
 that they run only on a core no other task wants), then none for ``--after``.
-Per second of fire times: how many were called (first attempts) and their lag(call)
-p50 / p99 (the stamp's wall-clock ms minus the fire time, as W1), and per phase the
+Per second of fire times: how many runs were called and the lag(call) of each run's
+first call, p50 / p99 (the stamp's wall-clock ms minus the fire time, as W1), and per phase the
 fire times' outcomes read from the run records. Then *back after*: the seconds from
 the hogs' end to the first fire-time second that begins ``--steady`` seconds in a row
 on time (every fire time called, lag(call) p99 at most ``--ok-ms``), and how many
@@ -32,7 +32,7 @@ import tempfile
 import time
 
 from bench import stats
-from bench.cluster import BenchCluster, now_ms
+from bench.cluster import BenchCluster, close_all, now_ms, track
 from bench.w1 import _await_reached
 
 _HOG = ("import os, time\n{idle}end = time.monotonic() + {s}\n"
@@ -70,14 +70,14 @@ def main() -> None:
         term0 = c.status(leader)["term"]
         w0 = -(-(now_ms() + 5000) // 1000) * 1000  # 5 s warm-up, a whole second
         hog0 = w0 + args.before * 1000
-        hog1 = hog0 + args.hog * 1000
-        w1 = hog1 + args.after * 1000
         _sleep_until(hog0)
         hog = _HOG.format(s=args.hog, idle=_IDLE if args.idle else "")
-        hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(args.hogs)]
+        # Tracked: close_all (Ctrl-C, an exception) kills them with the nodes.
+        hogs = [track(subprocess.Popen([sys.executable, "-c", hog])) for _ in range(args.hogs)]
         for h in hogs:
             h.wait(timeout=args.hog + 60)
         hog1 = now_ms()  # when they ended, not when they were meant to
+        w1 = -(-hog1 // 1000) * 1000 + args.after * 1000
         _sleep_until(w1)
         reach_s = _await_reached(c, leader, w1)
         _sleep_until(max(w1, now_ms()) + 2500)
@@ -87,6 +87,7 @@ def main() -> None:
         stamps = c.stamps()
     finally:
         c.close()
+        close_all()  # a hog still running (the probe failed meanwhile)
     acc = stats.account(runs, w0, w1)
     ex = stats.stamp_executions(stamps, w0, w1)
     lags: dict[int, list[int]] = collections.defaultdict(list)
@@ -105,7 +106,7 @@ def main() -> None:
     late_after = 0
     for i, s in enumerate(seconds):
         run = seconds[i:i + args.steady]
-        if s >= hog1 - 1000 and len(run) == args.steady and all(ok.get(t, False) for t in run):
+        if s >= hog1 and len(run) == args.steady and all(ok.get(t, False) for t in run):
             back = max(0, s - hog1) / 1000
             late_after = sum(not ok.get(t, False) for t in seconds[i:])
             break

@@ -31,6 +31,11 @@ def test_a_reaped_childs_cpu_counts_in_the_tree_and_not_in_the_process_alone() -
 
 
 def test_a_live_childs_cpu_counts_in_the_tree() -> None:
+    me = os.getpid()
+    # Before the child: this process's reaped children (an earlier test's) are in both
+    # readings' difference already, so only what the live child adds is compared.
+    own0, tree0 = proc_cpu_s(me, tree=False), proc_cpu_s(me)
+    assert own0 is not None and tree0 is not None
     child = subprocess.Popen([sys.executable, "-c", _CHILD + "import sys\nsys.stdin.read()\n"],
                              stdin=subprocess.PIPE)
     try:
@@ -38,10 +43,10 @@ def test_a_live_childs_cpu_counts_in_the_tree() -> None:
         # Until the child has burnt its share (it then waits on stdin, alive).
         while (proc_cpu_s(child.pid) or 0.0) < BURN_S - SLACK_S and time.monotonic() < end:
             time.sleep(0.02)
-        me = os.getpid()
-        own, tree = proc_cpu_s(me, tree=False), proc_cpu_s(me)
-        assert own is not None and tree is not None
-        assert tree - own >= BURN_S - SLACK_S
+        own1, tree1 = proc_cpu_s(me, tree=False), proc_cpu_s(me)
+        assert own1 is not None and tree1 is not None
+        assert child.poll() is None  # counted alive, not reaped
+        assert (tree1 - tree0) - (own1 - own0) >= BURN_S - SLACK_S
     finally:
         child.kill()
         child.wait(timeout=10)
