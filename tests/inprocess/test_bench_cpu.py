@@ -5,9 +5,9 @@ a reading of the parent alone left a writer's seconds out of every CPU-per-run f
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
-import time
 
 from bench.cluster import proc_cpu_s
 
@@ -36,13 +36,17 @@ def test_a_live_childs_cpu_counts_in_the_tree() -> None:
     # readings' difference already, so only what the live child adds is compared.
     own0, tree0 = proc_cpu_s(me, tree=False), proc_cpu_s(me)
     assert own0 is not None and tree0 is not None
-    child = subprocess.Popen([sys.executable, "-c", _CHILD + "import sys\nsys.stdin.read()\n"],
-                             stdin=subprocess.PIPE)
+    # The child says when it has burnt all of BURN_S (then waits on stdin, alive): waiting
+    # only until its reading reached the threshold left the tree's reading on that edge.
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         _CHILD + "import sys\nprint('burnt', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        end = time.monotonic() + 60.0
-        # Until the child has burnt its share (it then waits on stdin, alive).
-        while (proc_cpu_s(child.pid) or 0.0) < BURN_S - SLACK_S and time.monotonic() < end:
-            time.sleep(0.02)
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 60.0)
+        assert ready, "the child did not burn its share within 60 s"
+        assert child.stdout.readline().strip() == b"burnt"
         own1, tree1 = proc_cpu_s(me, tree=False), proc_cpu_s(me)
         assert own1 is not None and tree1 is not None
         assert child.poll() is None  # counted alive, not reaped
