@@ -23,7 +23,8 @@ from raftsched.core.codec import (
 )
 from raftsched.core.errors import FrameTooLarge, ProtocolError
 from raftsched.core.machine import ClusterState
-from raftsched.core.model import JobSpec
+from raftsched.core.model import JobSpec, RunState
+from raftsched.core.records import MAX_TRANSITIONS, RunRecord
 from raftsched.core.specrows import spec_from_row, spec_to_row
 from raftsched.wire.framing import encode_frame, frame_length
 from tests.support.budget import examples
@@ -311,6 +312,34 @@ def test_active_runs_go_back_to_the_shared_empty_tuple() -> None:
     st.apply_map({"op": "pause", "at": T0 + 2, "job": "a"})  # cancels the pending run
     assert st.jobs["a"].active == () and run_id not in st.runs
     assert decode_state(encode_state(st)).jobs["a"].active == ()
+
+
+_opt_int = st.none() | st.integers(0, 2**53)
+_transition = st.tuples(st.integers(0, 2**53), st.sampled_from([s.value for s in RunState]),
+                        st.none() | st.text(max_size=4), st.integers(0, 2**40),
+                        st.text(max_size=8))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.builds(
+    RunRecord, run_id=st.text(max_size=12), job_id=st.text(max_size=8),
+    scheduled_ms=st.integers(0, 2**53), created_ms=st.integers(0, 2**53),
+    state=st.sampled_from([s.value for s in RunState]), attempt=st.integers(1, 100),
+    fence=st.integers(0, 2**40), node=st.none() | st.text(max_size=4),
+    reason=st.text(max_size=8), assigned_ms=_opt_int, started_ms=_opt_int,
+    finished_ms=_opt_int, exit_code=st.none() | st.integers(-255, 255),
+    tail=st.text(max_size=16), not_before_ms=st.integers(0, 2**53), manual=st.booleans(),
+    until_ms=_opt_int, count=st.integers(1, 1000),
+    transitions=st.lists(_transition, max_size=MAX_TRANSITIONS)))
+def test_a_runs_snapshot_row_is_the_bytes_of_its_fields_as_lists(run: RunRecord) -> None:
+    """The row is a tuple built in one C call (a writer encodes every kept run); what it
+    writes must stay the bytes of the field-by-field list older releases wrote, and read
+    back to the same record."""
+    fields = [getattr(run, name) for name in RunRecord._FIELDS[:-1]]
+    as_lists = fields + [[list(t) for t in run.transitions]]
+    assert packb(run.to_row()) == packb(as_lists)
+    back = RunRecord.from_row(unpackb(packb(run.to_row())))
+    assert back.to_dict() == run.to_dict()
 
 
 def test_truncated_or_padded_snapshot_is_refused() -> None:
